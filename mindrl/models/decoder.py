@@ -1,0 +1,316 @@
+"""Decoder-only causal LM (Qwen2 / Qwen2.5 / LLaMA / LLaMA-3 / Qwen3) in MindSpore, top to bottom.
+
+Three entry points share the same weights:
+- ``construct(input_ids, attention_mask)``: full-sequence hidden states (training, scoring).
+- ``prefill(...)`` / ``decode(...)``: the KV-cache path used by rollout (see mindrl/rollout).
+
+Attention never broadcasts a BatchMatMul (unsupported on CPU): for grouped-query attention the
+R = num_heads / n_kv_heads query heads of one KV head are stacked along the sequence axis, so q is
+[B, KV, R*S, d] against k [B, KV, S, d]; K/V are never repeated.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn, ops
+
+from mindrl.models.config import ModelConfig
+from mindrl.parallel.layers import SINGLE, ColumnLinear, RowLinear, TPContext, VocabEmbedding
+
+NEG_INF = -1e9  # finite, so a fully masked (padding) query row gives uniform weights, not NaN
+
+
+def resolve_compute_dtype(config: ModelConfig) -> str:
+    """bf16 MatMul has no CPU kernel: fall back to fp32 with a warning instead of failing mid-compile."""
+    if config.compute_dtype == "bfloat16" and ms.get_context("device_target") == "CPU":
+        warnings.warn("compute_dtype bfloat16 is not supported on CPU (no bf16 MatMul kernel); computing in float32")
+        return "float32"
+    return config.compute_dtype
+
+
+def resolve_param_dtype(config: ModelConfig) -> str:
+    if config.param_init_type == "bfloat16" and ms.get_context("device_target") == "CPU":
+        return "float32"  # checkpoints in bf16 are cast on load
+    return config.param_init_type
+
+
+# ----------------------------------------------------------------------------------------------
+# Rotary position embedding
+# ----------------------------------------------------------------------------------------------
+def rope_inv_freq(config: ModelConfig) -> np.ndarray:
+    d = config.head_dim
+    inv = 1.0 / (config.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    scaling = config.rope_scaling
+    if not scaling:
+        return inv
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor = float(scaling.get("factor", 1.0))
+    if kind == "linear":
+        return inv / factor
+    if kind == "llama3":
+        # Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, a smooth ramp between.
+        low = float(scaling.get("low_freq_factor", 1.0))
+        high = float(scaling.get("high_freq_factor", 4.0))
+        old_ctx = float(scaling.get("original_max_position_embeddings", 8192))
+        wavelen = 2 * math.pi / inv
+        smooth = np.clip((old_ctx / wavelen - low) / (high - low), 0.0, 1.0)
+        scaled = np.where(wavelen > old_ctx / low, inv / factor, inv)
+        mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
+        return np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    return inv
+
+
+def rope_tables(config: ModelConfig, length: int):
+    """cos/sin tables [length, head_dim] in float32 (computed in float64)."""
+    inv = rope_inv_freq(config)
+    freqs = np.outer(np.arange(length, dtype=np.float64), inv)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return ops.concat((-x[..., half:], x[..., :half]), -1)
+
+
+def apply_rope(x, cos, sin):
+    """x [..., S, H, d] with cos/sin broadcastable as [..., S, 1, d]."""
+    return x * cos + rotate_half(x) * sin
+
+
+# ----------------------------------------------------------------------------------------------
+# Blocks
+# ----------------------------------------------------------------------------------------------
+class RMSNorm(nn.Cell):
+    def __init__(self, dim, eps, param_dtype="float32"):
+        super().__init__()
+        self.weight = Parameter(Tensor(np.ones(dim, np.float32), ms.float32 if param_dtype != "float16" else ms.float16),
+                                name="weight")
+        self.eps = eps
+
+    def construct(self, x):
+        in_dtype = x.dtype
+        x = x.astype(ms.float32)  # statistics in fp32 whatever the compute dtype
+        var = ops.mean(x * x, -1, keep_dims=True)
+        x = x * ops.rsqrt(var + self.eps)
+        return (self.weight.astype(ms.float32) * x).astype(in_dtype)
+
+
+class Attention(nn.Cell):
+    def __init__(self, cfg: ModelConfig, tp: TPContext, cdt: str, pdt: str, seed: int):
+        super().__init__()
+        self.head_dim = cfg.head_dim
+        self.n_heads = cfg.num_heads // tp.size          # local heads
+        self.n_kv = cfg.n_kv_heads // tp.size            # local KV heads
+        self.rep = cfg.num_heads // cfg.n_kv_heads       # query heads per KV head
+        self.scale = 1.0 / math.sqrt(cfg.head_dim)
+        if cfg.n_kv_heads % tp.size:
+            raise ValueError(f"n_kv_heads={cfg.n_kv_heads} not divisible by tensor parallel size {tp.size}")
+        kw = dict(tp=tp, compute_dtype=cdt, param_dtype=pdt, std=cfg.initializer_range)
+        q_out, kv_out = cfg.num_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        self.q_proj = ColumnLinear(cfg.hidden_size, q_out, cfg.qkv_bias, seed=seed + 1, **kw)
+        self.k_proj = ColumnLinear(cfg.hidden_size, kv_out, cfg.qkv_bias, seed=seed + 2, **kw)
+        self.v_proj = ColumnLinear(cfg.hidden_size, kv_out, cfg.qkv_bias, seed=seed + 3, **kw)
+        self.o_proj = RowLinear(q_out, cfg.hidden_size, False, seed=seed + 4, **kw)
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, pdt)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, pdt)
+        self.bmm_t = ops.BatchMatMul(transpose_b=True)
+        self.bmm = ops.BatchMatMul()
+
+    def _qkv(self, x, cos, sin):
+        """Project and rotate: q [B,S,H,d], k/v [B,S,KV,d]."""
+        b, s, _ = x.shape
+        q = self.q_proj(x).reshape(b, s, self.n_heads, self.head_dim)
+        k = self.k_proj(x).reshape(b, s, self.n_kv, self.head_dim)
+        v = self.v_proj(x).reshape(b, s, self.n_kv, self.head_dim)
+        if self.qk_norm:
+            q = self.q_norm(q)
+            k = self.k_norm(k)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def _attend(self, q, k, v, mask):
+        """q [B,S,H,d]; k/v [B,KV,L,d]; mask additive [B,1,1,S,L] -> [B,S,H*d]."""
+        b, s, _, d = q.shape
+        length = k.shape[2]
+        q = q.reshape(b, s, self.n_kv, self.rep, d).transpose(0, 2, 3, 1, 4).reshape(b, self.n_kv, self.rep * s, d)
+        scores = self.bmm_t(q, k).astype(ms.float32) * self.scale          # [B, KV, R*S, L]
+        scores = scores.reshape(b, self.n_kv, self.rep, s, length) + mask
+        probs = ops.softmax(scores, -1).astype(v.dtype).reshape(b, self.n_kv, self.rep * s, length)
+        out = self.bmm(probs, v)                                             # [B, KV, R*S, d]
+        out = out.reshape(b, self.n_kv, self.rep, s, d).transpose(0, 3, 1, 2, 4)
+        return out.reshape(b, s, self.n_heads * d)
+
+    def construct(self, x, cos, sin, mask):
+        q, k, v = self._qkv(x, cos, sin)
+        k = k.transpose(0, 2, 1, 3)
+        v = v.transpose(0, 2, 1, 3)
+        return self.o_proj(self._attend(q, k, v, mask))
+
+    def prefill(self, x, cos, sin, mask, k_cache, v_cache, rows):
+        """Full attention over the prompt, and write its K/V into cache rows `rows`, slots [0, S)."""
+        q, k, v = self._qkv(x, cos, sin)
+        k = k.transpose(0, 2, 1, 3)
+        v = v.transpose(0, 2, 1, 3)
+        out = self.o_proj(self._attend(q, k, v, mask))
+        pad = k_cache.shape[2] - k.shape[2]
+        k_rows = ops.pad(k.astype(k_cache.dtype), (0, 0, 0, pad))
+        v_rows = ops.pad(v.astype(v_cache.dtype), (0, 0, 0, pad))
+        done = ops.depend(ops.scatter_nd_update(k_cache, rows, k_rows), ops.scatter_nd_update(v_cache, rows, v_rows))
+        return ops.depend(out, done)
+
+    def decode(self, x, cos, sin, mask, k_cache, v_cache, write_idx):
+        """One new token per row: write its K/V at (row, kv, pos), attend over the cache rows in use."""
+        b = x.shape[0]
+        q, k, v = self._qkv(x, cos, sin)                                    # q [b,1,H,d], k/v [b,1,KV,d]
+        k_all = ops.depend(k_cache, ops.scatter_nd_update(k_cache, write_idx, k.reshape(b, self.n_kv, -1)))
+        v_all = ops.depend(v_cache, ops.scatter_nd_update(v_cache, write_idx, v.reshape(b, self.n_kv, -1)))
+        if k_all.shape[0] != b:
+            k_all = k_all[:b]
+            v_all = v_all[:b]
+        return self.o_proj(self._attend(q, k_all, v_all, mask))
+
+
+class MLP(nn.Cell):
+    def __init__(self, cfg: ModelConfig, tp: TPContext, cdt: str, pdt: str, seed: int):
+        super().__init__()
+        kw = dict(tp=tp, compute_dtype=cdt, param_dtype=pdt, std=cfg.initializer_range)
+        self.gate_proj = ColumnLinear(cfg.hidden_size, cfg.intermediate_size, False, seed=seed + 5, **kw)
+        self.up_proj = ColumnLinear(cfg.hidden_size, cfg.intermediate_size, False, seed=seed + 6, **kw)
+        self.down_proj = RowLinear(cfg.intermediate_size, cfg.hidden_size, False, seed=seed + 7, **kw)
+
+    def construct(self, x):
+        return self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Cell):
+    def __init__(self, cfg: ModelConfig, tp: TPContext, cdt: str, pdt: str, seed: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
+        self.self_attn = Attention(cfg, tp, cdt, pdt, seed)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
+        self.mlp = MLP(cfg, tp, cdt, pdt, seed)
+
+    def construct(self, x, cos, sin, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def prefill(self, x, cos, sin, mask, k_cache, v_cache, rows):
+        x = x + self.self_attn.prefill(self.input_layernorm(x), cos, sin, mask, k_cache, v_cache, rows)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def decode(self, x, cos, sin, mask, k_cache, v_cache, write_idx):
+        x = x + self.self_attn.decode(self.input_layernorm(x), cos, sin, mask, k_cache, v_cache, write_idx)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Cell):
+    """Embeddings, layers, final norm: shared by the LM, the value head and the reward head."""
+
+    def __init__(self, cfg: ModelConfig, tp: TPContext = SINGLE, seed: int = 0):
+        super().__init__()
+        cdt, pdt = resolve_compute_dtype(cfg), resolve_param_dtype(cfg)
+        self.config, self.tp, self.compute_dtype = cfg, tp, cdt
+        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, tp, pdt, cfg.initializer_range, seed)
+        self.layers = nn.CellList([DecoderLayer(cfg, tp, cdt, pdt, seed + 100 * (i + 1)) for i in range(cfg.num_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
+        cos, sin = rope_tables(cfg, cfg.max_position_embeddings)
+        # constants, not Parameters: they are never trained nor saved
+        self.cos_table = Tensor(cos)
+        self.sin_table = Tensor(sin)
+        self.cdt = {"float32": ms.float32, "float16": ms.float16}[cdt]
+
+    def _rope(self, positions):
+        cos = ops.gather(self.cos_table, positions, 0)
+        sin = ops.gather(self.sin_table, positions, 0)
+        return ops.expand_dims(cos, -2).astype(self.cdt), ops.expand_dims(sin, -2).astype(self.cdt)
+
+    def _embed(self, input_ids):
+        return self.embed_tokens(input_ids).astype(self.cdt)
+
+    def construct(self, input_ids, attention_mask):
+        """input_ids/attention_mask [B, T] (mask 1 = real token; padding may be on either side)."""
+        mask_i = attention_mask.astype(ms.int32)
+        positions = ops.relu(ops.cumsum(mask_i, 1) - 1)
+        cos, sin = self._rope(positions)
+        t = input_ids.shape[1]
+        causal = ops.tril(ops.ones((t, t), ms.int32))
+        allowed = causal.reshape(1, t, t) * mask_i.reshape(-1, 1, t)
+        add_mask = ops.select(allowed > 0, ops.zeros(allowed.shape, ms.float32),
+                              ops.full(allowed.shape, NEG_INF, dtype=ms.float32))
+        add_mask = add_mask.reshape(-1, 1, 1, t, t)
+        h = self._embed(input_ids)
+        for layer in self.layers:
+            h = layer(h, cos, sin, add_mask)
+        return self.norm(h)
+
+
+class CausalLM(nn.Cell):
+    """Backbone + LM head. Tied heads reuse ``model.embed_tokens.weight``."""
+
+    def __init__(self, cfg: ModelConfig, tp: TPContext = SINGLE, seed: int = 0):
+        super().__init__()
+        self.config, self.tp = cfg, tp
+        self.model = Backbone(cfg, tp, seed)
+        self.tied = cfg.tie_word_embeddings
+        if not self.tied:
+            self.lm_head = ColumnLinear(cfg.hidden_size, cfg.vocab_size, False, tp,
+                                        self.model.compute_dtype, resolve_param_dtype(cfg), cfg.initializer_range,
+                                        seed + 9)
+        self.matmul_t = ops.MatMul(transpose_b=True)
+
+    def head(self, h):
+        """Hidden [.., H] -> logits [.., V_local] in float32."""
+        if self.tied:
+            shape = h.shape
+            w = self.model.embed_tokens.weight.astype(h.dtype)
+            logits = self.matmul_t(h.reshape(-1, shape[-1]), w).reshape(shape[:-1] + (w.shape[0],))
+        else:
+            logits = self.lm_head(h)
+        return logits.astype(ms.float32)
+
+    def construct(self, input_ids, attention_mask):
+        return self.head(self.model(input_ids, attention_mask))
+
+    # -- KV-cache path (driven by mindrl.rollout.kv_cache) -------------------------------------
+    def prefill(self, input_ids, attention_mask, k_caches, v_caches, rows):
+        """Prompt [b, S] (left padded) -> last-position logits [b, V]; fills cache rows `rows`."""
+        bb = self.model
+        mask_i = attention_mask.astype(ms.int32)
+        positions = ops.relu(ops.cumsum(mask_i, 1) - 1)
+        cos, sin = bb._rope(positions)
+        s = input_ids.shape[1]
+        causal = ops.tril(ops.ones((s, s), ms.int32))
+        allowed = causal.reshape(1, s, s) * mask_i.reshape(-1, 1, s)
+        add_mask = ops.select(allowed > 0, ops.zeros(allowed.shape, ms.float32),
+                              ops.full(allowed.shape, NEG_INF, dtype=ms.float32)).reshape(-1, 1, 1, s, s)
+        h = bb._embed(input_ids)
+        for i, layer in enumerate(bb.layers):
+            h = layer.prefill(h, cos, sin, add_mask, k_caches[i], v_caches[i], rows)
+        h = bb.norm(h[:, s - 1:s, :])
+        return self.head(h).squeeze(1)
+
+    def decode(self, tokens, pos, start, k_caches, v_caches):
+        """tokens [b] at cache slot `pos` (0-d int32); `start` [b] = first real slot of each row."""
+        bb = self.model
+        b = tokens.shape[0]
+        length = k_caches[0].shape[2]
+        rot = ops.relu(pos - start).reshape(b, 1)
+        cos, sin = bb._rope(rot)
+        slots = ops.arange(length).astype(ms.int32).reshape(1, length)
+        valid = ops.logical_and(slots >= start.reshape(b, 1), slots <= pos)
+        add_mask = ops.select(valid, ops.zeros(valid.shape, ms.float32),
+                              ops.full(valid.shape, NEG_INF, dtype=ms.float32)).reshape(b, 1, 1, 1, length)
+        rows = ops.arange(b).astype(ms.int32).reshape(b, 1, 1)
+        kv = ops.arange(k_caches[0].shape[1]).astype(ms.int32).reshape(1, -1, 1)
+        write_idx = ops.concat((ops.broadcast_to(rows, (b, kv.shape[1], 1)),
+                                ops.broadcast_to(kv, (b, kv.shape[1], 1)),
+                                ops.broadcast_to(pos.reshape(1, 1, 1), (b, kv.shape[1], 1))), -1)
+        h = bb._embed(tokens.reshape(b, 1))
+        for i, layer in enumerate(bb.layers):
+            h = layer.decode(h, cos, sin, add_mask, k_caches[i], v_caches[i], write_idx)
+        return self.head(bb.norm(h)).squeeze(1)

@@ -1,0 +1,61 @@
+"""Per-token log-probs (and entropy) of given sequences, one micro-batch of full-vocab logits at a time."""
+from __future__ import annotations
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+
+def token_log_probs(logits, targets):
+    """logits [B, T, V] float32, targets [B, T] -> log p(target) [B, T], without a full log-softmax tensor."""
+    lse = ops.logsumexp(logits, -1)
+    picked = ops.gather_elements(logits, -1, ops.expand_dims(targets, -1)).squeeze(-1)
+    return picked - lse
+
+
+def token_entropy(logits):
+    lse = ops.logsumexp(logits, -1, keep_dims=True)
+    probs = ops.exp(logits - lse)
+    return lse.squeeze(-1) - (probs * logits).sum(-1)
+
+
+class LogProbCell(nn.Cell):
+    """(input_ids, attention_mask) -> log-probs of each next token [B, T-1] (and entropy).
+
+    ``temperature`` divides the logits, matching the sampler, so rollout and training agree.
+    """
+
+    def __init__(self, lm, temperature: float = 1.0, with_entropy: bool = False):
+        super().__init__()
+        self.lm = lm
+        self.inv_t = 1.0 / float(temperature)
+        self.with_entropy = with_entropy
+
+    def construct(self, input_ids, attention_mask):
+        logits = self.lm(input_ids, attention_mask)[:, :-1, :]
+        if self.inv_t != 1.0:
+            logits = logits * self.inv_t
+        logp = token_log_probs(logits, input_ids[:, 1:])
+        if self.with_entropy:
+            return logp, token_entropy(logits)
+        return logp, ops.zeros_like(logp)
+
+
+def score_sequences(cell: LogProbCell, input_ids: np.ndarray, attention_mask: np.ndarray, micro_batch_size: int):
+    """Run ``cell`` over micro-batches; returns numpy (log_probs [B, T-1], entropy [B, T-1]).
+
+    The last micro-batch is padded to full size so a single graph serves every call.
+    """
+    b = input_ids.shape[0]
+    out_lp, out_ent = [], []
+    for start in range(0, b, micro_batch_size):
+        ids = input_ids[start:start + micro_batch_size]
+        mask = attention_mask[start:start + micro_batch_size]
+        n = ids.shape[0]
+        if n < micro_batch_size and b > micro_batch_size:
+            ids = np.concatenate([ids, np.repeat(ids[-1:], micro_batch_size - n, 0)])
+            mask = np.concatenate([mask, np.repeat(mask[-1:], micro_batch_size - n, 0)])
+        lp, ent = cell(Tensor(ids.astype(np.int32)), Tensor(mask.astype(np.int32)))
+        out_lp.append(lp.asnumpy()[:n])
+        out_ent.append(ent.asnumpy()[:n])
+    return np.concatenate(out_lp), np.concatenate(out_ent)

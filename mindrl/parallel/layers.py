@@ -1,0 +1,149 @@
+"""Linear and embedding layers that a tensor-parallel layout can shard (Megatron style).
+
+With ``tp.size == 1`` these are plain layers and build no collective at all (a graph with a
+collective but no ``init()`` segfaults on CPU). With ``tp.size > 1``:
+- ColumnLinear holds rows [rank*out/tp, (rank+1)*out/tp) of the HF weight [out, in]; no communication.
+- RowLinear holds columns [rank*in/tp, ...) and sums partial outputs with an AllReduce (which has a
+  CPU gradient). The bias is added once, after the sum.
+- VocabEmbedding holds a vocab slice; ids outside it look up row 0, are zeroed, then AllReduce sums.
+
+Parameter names follow Hugging Face (``weight``, ``bias``), so weight mapping is a slice, not a rename.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn, ops
+
+
+@dataclass(frozen=True)
+class TPContext:
+    """Where this process sits in a tensor-parallel group."""
+    size: int = 1
+    rank: int = 0
+    group: Optional[str] = None  # communication group name; None on a single process
+
+    def all_reduce(self):
+        """An AllReduce(sum) primitive over the group, or None when there is nothing to reduce."""
+        if self.size == 1:
+            return None
+        return ops.AllReduce(op=ops.ReduceOp.SUM, group=self.group)
+
+
+SINGLE = TPContext()
+
+
+_SKIP_INIT = [False]
+
+
+class skip_init:
+    """Within this context layers allocate zeros instead of drawing random weights (they are about
+    to be overwritten by a checkpoint; drawing 7B normals would take minutes)."""
+
+    def __enter__(self):
+        self._prev = _SKIP_INIT[0]
+        _SKIP_INIT[0] = True
+
+    def __exit__(self, *exc):
+        _SKIP_INIT[0] = self._prev
+
+
+def _init_normal(shape, std, dtype, seed):
+    if _SKIP_INIT[0]:
+        return Tensor(np.zeros(shape, np.float32), dtype=dtype)
+    rng = np.random.default_rng(seed)
+    return Tensor(rng.normal(0.0, std, size=shape).astype(np.float32), dtype=dtype)
+
+
+def _param_dtype(name: str):
+    return {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}[name]
+
+
+class _Linear(nn.Cell):
+    """y = x @ W^T (+ b), W stored [out, in] like Hugging Face; computed in ``compute_dtype``."""
+
+    def __init__(self, in_features, out_features, bias, compute_dtype, param_dtype, std, seed):
+        super().__init__()
+        pdt = _param_dtype(param_dtype)
+        self.weight = Parameter(_init_normal((out_features, in_features), std, pdt, seed), name="weight")
+        self.bias = Parameter(Tensor(np.zeros(out_features, np.float32), pdt), name="bias") if bias else None
+        self.cdt = _param_dtype(compute_dtype)
+        self.cast_needed = compute_dtype != param_dtype
+        self.matmul = ops.MatMul(transpose_b=True)
+
+    def _project(self, x):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        w = self.weight
+        if self.cast_needed:
+            w = ops.cast(w, self.cdt)
+        if x2.dtype != self.cdt:
+            x2 = ops.cast(x2, self.cdt)
+        y = self.matmul(x2, w)
+        return y.reshape(shape[:-1] + (y.shape[-1],))
+
+    def _add_bias(self, y):
+        if self.bias is None:
+            return y
+        b = ops.cast(self.bias, self.cdt) if self.cast_needed else self.bias
+        return y + b
+
+
+class ColumnLinear(_Linear):
+    """Output features split across tp ranks; the output stays sharded."""
+
+    def __init__(self, in_features, out_features, bias=False, tp: TPContext = SINGLE,
+                 compute_dtype="float32", param_dtype="float32", std=0.02, seed=0):
+        if out_features % tp.size:
+            raise ValueError(f"out_features={out_features} not divisible by tensor parallel size {tp.size}")
+        super().__init__(in_features, out_features // tp.size, bias, compute_dtype, param_dtype, std, seed)
+        self.tp = tp
+
+    def construct(self, x):
+        return self._add_bias(self._project(x))
+
+
+class RowLinear(_Linear):
+    """Input features split across tp ranks; partial sums are all-reduced."""
+
+    def __init__(self, in_features, out_features, bias=False, tp: TPContext = SINGLE,
+                 compute_dtype="float32", param_dtype="float32", std=0.02, seed=0):
+        if in_features % tp.size:
+            raise ValueError(f"in_features={in_features} not divisible by tensor parallel size {tp.size}")
+        super().__init__(in_features // tp.size, out_features, bias, compute_dtype, param_dtype, std, seed)
+        self.tp = tp
+        self.reduce = tp.all_reduce()
+
+    def construct(self, x):
+        y = self._project(x)
+        if self.reduce is not None:
+            y = self.reduce(y)
+        return self._add_bias(y)
+
+
+class VocabEmbedding(nn.Cell):
+    """Token embedding whose vocabulary rows may be split across tp ranks."""
+
+    def __init__(self, vocab_size, hidden_size, tp: TPContext = SINGLE, param_dtype="float32", std=0.02, seed=0):
+        super().__init__()
+        if vocab_size % tp.size:
+            raise ValueError(f"vocab_size={vocab_size} not divisible by tensor parallel size {tp.size}")
+        self.local_vocab = vocab_size // tp.size
+        self.start = tp.rank * self.local_vocab
+        self.weight = Parameter(_init_normal((self.local_vocab, hidden_size), std, _param_dtype(param_dtype), seed),
+                                name="weight")
+        self.reduce = tp.all_reduce()
+        self.gather = ops.Gather()
+
+    def construct(self, input_ids):
+        if self.reduce is None:
+            return self.gather(self.weight, input_ids, 0)
+        local = input_ids - self.start
+        inside = ops.logical_and(local >= 0, local < self.local_vocab)
+        local = ops.select(inside, local, ops.zeros_like(local))
+        out = self.gather(self.weight, local, 0)
+        out = out * ops.expand_dims(inside, -1).astype(out.dtype)
+        return self.reduce(out)

@@ -1,0 +1,56 @@
+"""Per-parameter layouts: which axis of the full (HF-shaped) tensor a tensor-parallel rank holds.
+
+A layout is derived from the layer types the model was built with, so the model never lists its
+parameters twice. ``split_axis is None`` means replicated.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+
+from mindrl.parallel.layers import ColumnLinear, RowLinear, VocabEmbedding
+
+
+def split_axes(net) -> Dict[str, Optional[int]]:
+    """{parameter name: split axis or None} for every parameter of ``net``."""
+    axes = {}
+    for _, cell in net.cells_and_names():
+        tp = getattr(cell, "tp", None)
+        if tp is None or tp.size == 1:
+            continue
+        if isinstance(cell, ColumnLinear):
+            axes[cell.weight.name] = 0
+            if cell.bias is not None:
+                axes[cell.bias.name] = 0
+        elif isinstance(cell, RowLinear):
+            axes[cell.weight.name] = 1
+        elif isinstance(cell, VocabEmbedding):
+            axes[cell.weight.name] = 0
+    return {p.name: axes.get(p.name) for p in net.get_parameters()}
+
+
+def tp_of(net):
+    for _, cell in net.cells_and_names():
+        tp = getattr(cell, "tp", None)
+        if tp is not None:
+            return tp
+    from mindrl.parallel.layers import SINGLE
+    return SINGLE
+
+
+def full_shape(local_shape, axis: Optional[int], tp_size: int):
+    shape = list(local_shape)
+    if axis is not None:
+        shape[axis] *= tp_size
+    return tuple(shape)
+
+
+def take_shard(full: np.ndarray, axis: Optional[int], tp_size: int, tp_rank: int) -> np.ndarray:
+    """This rank's slice of a full tensor."""
+    if axis is None or tp_size == 1:
+        return full
+    n = full.shape[axis] // tp_size
+    index = [slice(None)] * full.ndim
+    index[axis] = slice(tp_rank * n, (tp_rank + 1) * n)
+    return full[tuple(index)]

@@ -1,0 +1,23 @@
+"""Process-wide MindSpore setup, done once and only when a model is about to be built."""
+from __future__ import annotations
+
+import os
+
+_STATE = {"mode": None, "threads": None}
+
+
+def setup_context(mode: str = "graph", threads=None) -> None:
+    """Select GRAPH/PYNATIVE mode on the available device and set CPU op threads (default: all cores)."""
+    import mindspore as ms
+    if mode not in ("graph", "pynative"):
+        raise ValueError(f"runtime.mode: {mode!r} is not one of graph, pynative")
+    if _STATE["mode"] != mode:
+        ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+        _STATE["mode"] = mode
+    if ms.get_context("device_target") == "CPU" and _STATE["threads"] is None:
+        threads = int(threads or os.environ.get("MINDRL_THREADS", 0) or os.cpu_count() or 1)
+        try:
+            ms.device_context.cpu.op_tuning.threads_num(threads)
+        except RuntimeError:
+            pass  # already set by the user (it may only be set once per process)
+        _STATE["threads"] = threads
