@@ -14,7 +14,7 @@ def token_log_probs(logits, targets):
 
 
 def token_entropy(logits):
-    lse = ops.logsumexp(logits, -1, keep_dims=True)
+    lse = ops.logsumexp(logits, -1, True)
     probs = ops.exp(logits - lse)
     return lse.squeeze(-1) - (probs * logits).sum(-1)
 

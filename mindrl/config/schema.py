@@ -1,0 +1,226 @@
+"""Typed schema of a mindrl training config.
+
+Every section is a plain dataclass. Per-field rules (allowed choices, numeric bounds, whether the
+value is a filesystem path) live in the field metadata and are enforced by the generic walker in
+:mod:`mindrl.config.loader`; rules that involve several fields are written out there as well.
+
+Only the standard library is imported here (plus yaml lazily in ``to_yaml``): this module runs
+in msrun's scheduler process before ``init()`` and must never pull in mindspore.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """An invalid training config. ``str(err)`` names the config file and the dotted key.
+
+    ``errors`` holds one line per problem when several were found in one pass.
+    """
+
+    def __init__(self, msg: str, errors: list[str] | None = None):
+        super().__init__(msg)
+        self.errors = list(errors) if errors else [msg]
+
+
+def _opt(default: Any = dataclasses.MISSING, *, help: str, factory: Any = dataclasses.MISSING,
+         choices: tuple | None = None, value_aliases: dict | None = None,
+         ge: float | None = None, gt: float | None = None,
+         le: float | None = None, lt: float | None = None,
+         path: bool = False) -> Any:
+    """A dataclass field carrying its validation rules in ``metadata``.
+
+    Bounds on a list field apply to every element. ``value_aliases`` maps accepted alternative
+    spellings of a choice onto the canonical one.
+    """
+    meta = {"help": help, "choices": choices, "value_aliases": value_aliases or {},
+            "ge": ge, "gt": gt, "le": le, "lt": lt, "path": path}
+    if factory is not dataclasses.MISSING:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+ADV_ESTIMATORS = ("grpo", "dr_grpo", "gae")
+KL_PENALTIES = ("kl", "k1", "mse", "k2", "low_var_kl", "k3", "abs")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                  "seq-mean-token-sum-norm")
+LR_DECAY_STYLES = ("constant", "cosine", "linear")
+COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
+RUN_MODES = ("graph", "pynative")
+
+
+@dataclass(kw_only=True)
+class RLConfig:
+    adv_estimator: str = _opt("grpo", choices=ADV_ESTIMATORS, value_aliases={"group_norm": "grpo"},
+                              help="advantage estimator / algorithm")
+    n_samples_per_prompt: int = _opt(8, ge=1, help="responses sampled per prompt (group size)")
+    global_batch_size: int = _opt(16, ge=1, help="prompts per training step")
+    mini_batch_size: int | None = _opt(None, ge=1, help="responses per optimizer update; "
+                                       "null = global_batch_size*n_samples_per_prompt")
+    micro_batch_size: int = _opt(8, ge=1, help="responses per forward/backward pass")
+    ppo_epochs: int = _opt(1, ge=1, help="passes over each rollout batch")
+    train_iters: int = _opt(100, ge=1, help="training steps")
+    clip_ratio: float = _opt(0.2, gt=0.0, lt=1.0, help="PPO clip range epsilon")
+    clip_ratio_low: float | None = _opt(None, gt=0.0, lt=1.0,
+                                        help="lower clip epsilon; null = clip_ratio")
+    clip_ratio_high: float | None = _opt(None, gt=0.0, help="upper clip epsilon; null = clip_ratio")
+    clip_ratio_c: float | None = _opt(None, gt=1.0, help="dual-clip constant; null = off")
+    kl_penalty: str = _opt("low_var_kl", choices=KL_PENALTIES, help="KL estimator")
+    kl_coef: float = _opt(0.0, ge=0.0, help="KL coefficient; 0 = no KL term")
+    use_kl_in_loss: bool = _opt(True, help="KL as a loss term (true) or a reward penalty (false)")
+    entropy_coeff: float = _opt(0.0, ge=0.0, help="entropy bonus coefficient")
+    loss_agg_mode: str = _opt("token-mean", choices=LOSS_AGG_MODES,
+                              help="how token losses are averaged")
+    norm_adv_by_std: bool = _opt(True, help="divide group advantages by the group std")
+    verifier_function: list[str] = _opt(factory=lambda: ["acc"], help="rule rewards to apply")
+    verifier_weight: list[float] = _opt(factory=lambda: [1.0], help="weight of each verifier")
+    custom_reward_file: str | None = _opt(None, path=True,
+                                          help="python file with extra reward functions")
+    verifier_timeout: float = _opt(5.0, gt=0.0, help="seconds allowed per reward call")
+    dynamic_sampling: bool = _opt(False, help="drop groups whose rewards are all equal and redraw")
+    max_num_gen_batches: int = _opt(4, ge=1, help="generation batches per step incl. the first")
+    overlong_buffer_len: int = _opt(0, ge=0, help="soft overlong penalty window in tokens; 0 = off")
+    overlong_penalty_factor: float = _opt(1.0, ge=0.0, help="maximum soft overlong penalty")
+    mask_truncated_completions: bool = _opt(False, help="exclude truncated responses from the loss")
+    gamma: float = _opt(1.0, ge=0.0, le=1.0, help="discount (gae)")
+    lam: float = _opt(0.95, ge=0.0, le=1.0, help="GAE lambda (gae)")
+
+
+@dataclass(kw_only=True)
+class ActorConfig:
+    model: str = _opt(path=True, help="model yaml (name in model_configs/ or path) or HF dir")
+    tokenizer_name_or_path: str = _opt(path=True, help="tokenizer directory or file")
+    load: str | None = _opt(None, path=True, help="initial weights or checkpoint to resume")
+    save: str | None = _opt(None, path=True, help="checkpoint output directory")
+    finetune: bool = _opt(True, help="true: weights only, step 0; false: resume from load")
+    no_load_optim: bool = _opt(False, help="on resume, do not restore optimizer state")
+    no_load_rng: bool = _opt(False, help="on resume, do not restore RNG state")
+    save_interval: int = _opt(0, ge=0, help="save every N steps; 0 = only at the end")
+    keep_last: int = _opt(2, ge=0, help="checkpoints kept; 0 = keep all")
+    lr: float = _opt(1e-6, ge=0.0, help="peak learning rate")
+    min_lr: float = _opt(0.0, ge=0.0, help="learning rate floor for decay")
+    lr_decay_style: str = _opt("constant", choices=LR_DECAY_STYLES, help="learning rate schedule")
+    lr_warmup_iters: int = _opt(0, ge=0, help="linear warmup steps")
+    lr_warmup_fraction: float | None = _opt(None, ge=0.0, le=1.0,
+                                            help="warmup as a fraction of train_iters")
+    weight_decay: float = _opt(0.0, ge=0.0, help="AdamW weight decay")
+    adam_beta1: float = _opt(0.9, ge=0.0, lt=1.0, help="Adam beta1")
+    adam_beta2: float = _opt(0.999, ge=0.0, lt=1.0, help="Adam beta2")
+    adam_eps: float = _opt(1e-8, gt=0.0, help="Adam epsilon")
+    clip_grad: float = _opt(1.0, ge=0.0, help="global gradient-norm clip; 0 = off")
+    tensor_model_parallel_size: int = _opt(1, ge=1, help="tensor parallel degree for training")
+    compute_dtype: str | None = _opt(None, choices=COMPUTE_DTYPES,
+                                     help="null = from the model config")
+
+
+@dataclass(kw_only=True)
+class RefConfig:
+    ref_model_load_path: str | None = _opt(None, path=True,
+                                           help="reference weights; null = actor_config.load")
+    model: str | None = _opt(None, path=True,
+                             help="reference model config; null = actor_config.model")
+
+
+@dataclass(kw_only=True)
+class GenerateConfig:
+    max_prompt_length: int = _opt(512, ge=1, help="prompt tokens kept (longer prompts are dropped)")
+    max_tokens: int = _opt(256, ge=1, help="max new tokens per response")
+    min_tokens: int = _opt(0, ge=0, help="EOS is suppressed before this many new tokens")
+    temperature: float = _opt(1.0, gt=0.0, help="sampling temperature")
+    top_k: int = _opt(0, ge=0, help="top-k sampling; 0 = off")
+    top_p: float = _opt(1.0, gt=0.0, le=1.0, help="nucleus sampling mass")
+    repetition_penalty: float = _opt(1.0, gt=0.0, help="1.0 = off")
+    stop_token_ids: list[int] = _opt(factory=list, ge=0, help="extra stop tokens besides EOS")
+    infer_tensor_parallel_size: int = _opt(1, ge=1, help="tensor parallel degree for rollout")
+    infer_data_parallel_size: int | None = _opt(None, ge=1, help="null = derived from world size")
+    micro_batch_size: int | None = _opt(None, ge=1, help="responses per rollout batch; null = all")
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    path: str = _opt(path=True, help="training .mindrecord written by `mindrl preprocess`")
+    shuffle: bool = _opt(True, help="shuffle prompts every epoch")
+    seed: int | None = _opt(None, ge=0, lt=2**32, help="shuffle seed; null = runtime.seed")
+    prompt_key: str = _opt("prompt_ids", help="column with prompt token ids")
+    label_key: str = _opt("labels", help="column with reference answers")
+
+
+@dataclass(kw_only=True)
+class LoggingConfig:
+    log_dir: str = _opt("runs/<name>", path=True,
+                        help="output dir; <name> is replaced by logging.name")
+    name: str | None = _opt(None, help="run name; null = config file stem")
+    jsonl: bool = _opt(True, help="write metrics.jsonl")
+    tensorboard: bool = _opt(True, help="write tensorboard events")
+    log_interval: int = _opt(1, ge=1, help="log every N steps")
+    progress_bar: bool = _opt(True, help="show a progress bar on rank 0")
+
+
+@dataclass(kw_only=True)
+class RuntimeConfig:
+    mode: str = _opt("graph", choices=RUN_MODES, help="MindSpore execution mode")
+    enable_compile_cache: bool = _opt(False, help="reuse compiled graphs across runs")
+    compile_cache_path: str = _opt("./.compile_cache", path=True, help="compile cache directory")
+    only_save_strategy: bool = _opt(False, help="compile, write strategy files, exit")
+    strategy_dir: str = _opt("./strategy", path=True, help="where strategy files are written")
+    threads: int | None = _opt(None, ge=1, help="CPU threads; null = all cores")
+    seed: int = _opt(1234, ge=0, lt=2**32, help="global random seed")
+
+
+@dataclass(kw_only=True)
+class EvalConfig:
+    path: str | None = _opt(None, path=True, help="held-out .mindrecord or .jsonl; null = no eval")
+    interval: int = _opt(0, ge=0, help="evaluate every N steps; 0 = only before and after training")
+    num_samples: int | None = _opt(None, ge=1, help="examples evaluated; null = all")
+    max_tokens: int | None = _opt(None, ge=1, help="null = generate_config.max_tokens")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    rl_config: RLConfig = _opt(factory=RLConfig, help="algorithm and batch sizes")
+    actor_config: ActorConfig = _opt(help="policy model, checkpoints, optimizer")
+    ref: RefConfig = _opt(factory=RefConfig, help="reference model")
+    generate_config: GenerateConfig = _opt(factory=GenerateConfig, help="rollout sampling")
+    data: DataConfig = _opt(help="training data")
+    logging: LoggingConfig = _opt(factory=LoggingConfig, help="metrics output")
+    runtime: RuntimeConfig = _opt(factory=RuntimeConfig, help="MindSpore runtime")
+    eval: EvalConfig = _opt(factory=EvalConfig, help="held-out evaluation")
+
+    def to_dict(self) -> dict:
+        """Plain nested dict (sections in schema order), e.g. for logging or ``config.yaml``."""
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        """The resolved config as yaml text; loading it back yields an equal config."""
+        from mindrl.config.loader import dump_yaml
+        return dump_yaml(self.to_dict())
+
+    def fingerprint(self, *keys: str) -> str:
+        """sha256 hex digest of a canonical JSON of the selected sections or dotted keys.
+
+        ``fingerprint()`` covers the whole config; ``fingerprint("actor_config",
+        "generate_config.max_tokens")`` only those parts. Independent of yaml key order, of
+        alias spellings and of the order of ``keys``.
+        """
+        tree = self.to_dict()
+        if not keys:
+            payload: Any = tree
+        else:
+            payload = {}
+            for key in keys:
+                node: Any = tree
+                for part in key.split("."):
+                    if not isinstance(node, dict) or part not in node:
+                        raise ConfigError(f"fingerprint: unknown config key {key!r}")
+                    node = node[part]
+                payload[key] = node
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig))

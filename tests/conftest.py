@@ -1,0 +1,59 @@
+"""Shared fixtures: tiny Hugging Face checkpoints made with transformers (the reference oracle)."""
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("GLOG_v", "3")  # keep MindSpore's C++ logging quiet in test output
+
+VOCAB = 211  # odd sizes on purpose: nothing may assume powers of two
+
+
+def make_hf_checkpoint(directory, arch: str, seed: int = 0, **overrides):
+    """Write a random tiny HF model of `arch` (qwen2 | llama | qwen3 | qwen2_seqcls) to `directory`."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(seed)
+    common = dict(vocab_size=VOCAB, hidden_size=48, intermediate_size=72, num_hidden_layers=2,
+                  num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6)
+    common.update(overrides)
+    if arch in ("qwen2", "qwen2_seqcls"):
+        cfg = transformers.Qwen2Config(**common, rope_theta=1e6, tie_word_embeddings=False)
+        if arch == "qwen2_seqcls":
+            cfg.num_labels = 1
+            cfg.pad_token_id = 0
+            cls = transformers.Qwen2ForSequenceClassification
+        else:
+            cls = transformers.Qwen2ForCausalLM
+    elif arch == "llama":
+        cfg = transformers.LlamaConfig(**common, rope_theta=5e5, tie_word_embeddings=True,
+                                       rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                     "high_freq_factor": 4.0,
+                                                     "original_max_position_embeddings": 64})
+        cls = transformers.LlamaForCausalLM
+    elif arch == "qwen3":
+        cfg = transformers.Qwen3Config(**common, head_dim=12, rope_theta=1e6, tie_word_embeddings=False)
+        cls = transformers.Qwen3ForCausalLM
+    else:
+        raise ValueError(arch)
+    model = cls(cfg).eval()
+    with torch.no_grad():  # HF inits norms to 1 and biases to 0: perturb so every weight matters
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(str(directory), safe_serialization=True)
+    return model
+
+
+@pytest.fixture(scope="session")
+def hf_models(tmp_path_factory):
+    """{arch: (directory, torch model)} for the three decoder families."""
+    out = {}
+    for arch in ("qwen2", "llama", "qwen3"):
+        d = tmp_path_factory.mktemp(f"hf_{arch}")
+        out[arch] = (str(d), make_hf_checkpoint(d, arch))
+    return out
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)

@@ -1,0 +1,539 @@
+"""Tests for mindrl.config: defaults, aliases, overrides, error messages, fingerprints."""
+import copy
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mindrl.config import (
+    ALIASES,
+    SECTIONS,
+    ConfigError,
+    TrainConfig,
+    config_from_dict,
+    load_train_config,
+    parse_yaml,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+BASE = {
+    "actor_config": {"model": "model_configs/tiny.yaml", "tokenizer_name_or_path": "tok"},
+    "data": {"path": "train.mindrecord"},
+}
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    """A working directory holding every file a valid config points at."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model_configs").mkdir()
+    (tmp_path / "model_configs" / "tiny.yaml").write_text("hidden_size: 8\n")
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").write_text("{}")
+    for name in ("train.mindrecord", "train.mindrecord.db", "heldout.mindrecord",
+                 "heldout.mindrecord.db", "heldout.jsonl"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    (tmp_path / "hf" / "tokenizer.model").write_text("")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "w.safetensors").write_text("")
+    (tmp_path / "reward.py").write_text("def score(x):\n    return 0.0\n")
+    return tmp_path
+
+
+def merged(extra=None, drop=()):
+    """BASE updated section-wise with ``extra``; ``drop`` lists dotted keys to delete."""
+    data = copy.deepcopy(BASE)
+    for section, values in (extra or {}).items():
+        if isinstance(values, dict) and isinstance(data.get(section), dict):
+            data[section].update(values)
+        else:
+            data[section] = values
+    for dotted in drop:
+        parts = dotted.split(".")
+        node = data
+        for p in parts[:-1]:
+            node = node[p]
+        del node[parts[-1]]
+    return data
+
+
+def write(ws, data, name="cfg.yaml"):
+    path = ws / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return name
+
+
+def load(ws, extra=None, overrides=(), drop=()):
+    return load_train_config(write(ws, merged(extra, drop)), overrides)
+
+
+def error(ws, extra=None, overrides=(), drop=(), text=None):
+    name = write(ws, text if text is not None else merged(extra, drop))
+    with pytest.raises(ConfigError) as info:
+        load_train_config(name, overrides)
+    return str(info.value)
+
+
+def assert_error(msg, key, *fragments):
+    """``msg`` has a line naming the file and ``key`` that contains every fragment."""
+    lines = [line for line in msg.splitlines() if line.startswith(f"cfg.yaml: {key}: ")]
+    assert lines, f"no error line for {key!r} in:\n{msg}"
+    assert any(all(f in line for f in fragments) for line in lines), \
+        f"{fragments} not all in any of {lines}"
+
+
+# ---------------------------------------------------------------------------------------------
+# defaults and full configs
+
+EXPECTED_DEFAULTS = {
+    "rl_config": dict(
+        adv_estimator="grpo", n_samples_per_prompt=8, global_batch_size=16, mini_batch_size=128,
+        micro_batch_size=8, ppo_epochs=1, train_iters=100, clip_ratio=0.2, clip_ratio_low=0.2,
+        clip_ratio_high=0.2, clip_ratio_c=None, kl_penalty="low_var_kl", kl_coef=0.0,
+        use_kl_in_loss=True, entropy_coeff=0.0, loss_agg_mode="token-mean", norm_adv_by_std=True,
+        verifier_function=["acc"], verifier_weight=[1.0], custom_reward_file=None,
+        verifier_timeout=5.0, dynamic_sampling=False, max_num_gen_batches=4,
+        overlong_buffer_len=0, overlong_penalty_factor=1.0, mask_truncated_completions=False,
+        gamma=1.0, lam=0.95),
+    "actor_config": dict(
+        model="model_configs/tiny.yaml", tokenizer_name_or_path="tok", load=None, save=None,
+        finetune=True, no_load_optim=False, no_load_rng=False, save_interval=0, keep_last=2,
+        lr=1e-6, min_lr=0.0, lr_decay_style="constant", lr_warmup_iters=0,
+        lr_warmup_fraction=None, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
+        adam_eps=1e-8, clip_grad=1.0, tensor_model_parallel_size=1, compute_dtype=None),
+    "ref": dict(ref_model_load_path=None, model="model_configs/tiny.yaml"),
+    "generate_config": dict(
+        max_prompt_length=512, max_tokens=256, min_tokens=0, temperature=1.0, top_k=0, top_p=1.0,
+        repetition_penalty=1.0, stop_token_ids=[], infer_tensor_parallel_size=1,
+        infer_data_parallel_size=None, micro_batch_size=None),
+    "data": dict(path="train.mindrecord", shuffle=True, seed=1234, prompt_key="prompt_ids",
+                 label_key="labels"),
+    "logging": dict(log_dir="runs/cfg", name="cfg", jsonl=True, tensorboard=True, log_interval=1,
+                    progress_bar=True),
+    "runtime": dict(mode="graph", enable_compile_cache=False,
+                    compile_cache_path="./.compile_cache", only_save_strategy=False,
+                    strategy_dir="./strategy", threads=None, seed=1234),
+    "eval": dict(path=None, interval=0, num_samples=None, max_tokens=256),
+}
+
+
+def test_minimal_config_gets_documented_defaults(ws):
+    cfg = load(ws)
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.to_dict() == EXPECTED_DEFAULTS
+    assert list(cfg.to_dict()) == list(SECTIONS)
+    assert isinstance(cfg.rl_config.clip_ratio, float) and isinstance(cfg.actor_config.lr, float)
+
+
+FULL = {
+    "rl_config": dict(
+        adv_estimator="grpo", n_samples_per_prompt=4, global_batch_size=8, mini_batch_size=16,
+        micro_batch_size=4, ppo_epochs=2, train_iters=50, clip_ratio=0.25, clip_ratio_low=0.2,
+        clip_ratio_high=0.28, clip_ratio_c=3.0, kl_penalty="k3", kl_coef=0.01,
+        use_kl_in_loss=False, entropy_coeff=0.001, loss_agg_mode="seq-mean-token-sum-norm",
+        norm_adv_by_std=False, verifier_function=["acc", "format"], verifier_weight=[1.0, 0.5],
+        custom_reward_file="reward.py", verifier_timeout=2.5, dynamic_sampling=True,
+        max_num_gen_batches=3, overlong_buffer_len=32, overlong_penalty_factor=0.5,
+        mask_truncated_completions=True, gamma=0.99, lam=0.9),
+    "actor_config": dict(
+        model="hf", tokenizer_name_or_path="hf", load="ckpt", save="out", finetune=False,
+        no_load_optim=True, no_load_rng=True, save_interval=10, keep_last=0, lr=1e-5,
+        min_lr=1e-7, lr_decay_style="cosine", lr_warmup_iters=0, lr_warmup_fraction=0.1,
+        weight_decay=0.01, adam_beta1=0.8, adam_beta2=0.95, adam_eps=1e-6, clip_grad=0.5,
+        tensor_model_parallel_size=2, compute_dtype="bfloat16"),
+    "ref": dict(ref_model_load_path="w.safetensors", model="model_configs/tiny.yaml"),
+    "generate_config": dict(
+        max_prompt_length=256, max_tokens=128, min_tokens=4, temperature=0.7, top_k=50,
+        top_p=0.9, repetition_penalty=1.1, stop_token_ids=[7, 8], infer_tensor_parallel_size=2,
+        infer_data_parallel_size=4, micro_batch_size=16),
+    "data": dict(path="train.mindrecord", shuffle=False, seed=7, prompt_key="p", label_key="y"),
+    "logging": dict(log_dir="logs/<name>/x", name="exp1", jsonl=False, tensorboard=False,
+                    log_interval=5, progress_bar=False),
+    "runtime": dict(mode="pynative", enable_compile_cache=True, compile_cache_path="cc",
+                    only_save_strategy=True, strategy_dir="st", threads=2, seed=99),
+    "eval": dict(path="heldout.jsonl", interval=10, num_samples=100, max_tokens=64),
+}
+
+
+def test_every_key_is_accepted_and_kept(ws):
+    schema_keys = {s: {f.name for f in dataclasses.fields(type(getattr(load(ws), s)))}
+                   for s in SECTIONS}
+    assert {s: set(v) for s, v in FULL.items()} == schema_keys  # FULL covers the schema
+    cfg = load_train_config(write(ws, FULL))
+    expected = copy.deepcopy(FULL)
+    expected["logging"]["log_dir"] = "logs/exp1/x"
+    assert cfg.to_dict() == expected
+
+
+def test_to_yaml_round_trips(ws):
+    cfg = load_train_config(write(ws, FULL), ["logging.name=1e5"])
+    assert cfg.logging.name == "1e5"
+    again = load_train_config(write(ws, cfg.to_yaml(), name="saved.yaml"))
+    assert again == cfg
+    assert yaml.safe_load(cfg.to_yaml()) == cfg.to_dict()  # plain PyYAML reads it the same
+
+
+def test_yaml_flavour():
+    doc = parse_yaml("a: 1e-5\nb: yes\nc: True\nd: 1.5e3\ne: off\nf: 10\n"
+                     "g: &s {x: 1, y: 2}\nh: {<<: *s, y: 3}\n")
+    assert doc == {"a": 1e-5, "b": "yes", "c": True, "d": 1500.0, "e": "off", "f": 10,
+                   "g": {"x": 1, "y": 2}, "h": {"x": 1, "y": 3}}
+
+
+def test_derived_defaults_follow_other_keys(ws):
+    cfg = load(ws, {"rl_config": {"global_batch_size": 4, "n_samples_per_prompt": 2,
+                                  "micro_batch_size": 2, "clip_ratio": 0.3,
+                                  "adv_estimator": "dr_grpo"},
+                    "runtime": {"seed": 5}, "generate_config": {"max_tokens": 99},
+                    "actor_config": {"load": "hf"}})
+    assert cfg.rl_config.mini_batch_size == 8
+    assert (cfg.rl_config.clip_ratio_low, cfg.rl_config.clip_ratio_high) == (0.3, 0.3)
+    assert cfg.rl_config.norm_adv_by_std is False  # dr_grpo turns it off
+    assert cfg.data.seed == 5 and cfg.eval.max_tokens == 99
+    assert cfg.ref.ref_model_load_path == "hf"  # null -> actor_config.load
+
+
+def test_gae_allows_one_sample_per_prompt(ws):
+    cfg = load(ws, {"rl_config": {"adv_estimator": "gae", "n_samples_per_prompt": 1,
+                                  "global_batch_size": 16}})
+    assert cfg.rl_config.mini_batch_size == 16
+
+
+# ---------------------------------------------------------------------------------------------
+# aliases
+
+def test_aliases_map_to_canonical_keys(ws):
+    mindspeed_style = merged({
+        "seed": 42,
+        "rl_config": {"algorithm": "grpo", "init_kl_coef": 0.05, "max_prompt_length": 100,
+                      "use_tensorboard": False,
+                      "integrated_mode_config": {"ref_model_load_path": "hf"}},
+        "generate_config": {"sampling_config": {"max_tokens": 64, "temperature": 0.6,
+                                                "top_p": 0.95, "top_k": 20, "min_tokens": 1,
+                                                "repetition_penalty": 1.05}},
+    })
+    canonical = merged({
+        "runtime": {"seed": 42},
+        "rl_config": {"adv_estimator": "grpo", "kl_coef": 0.05},
+        "logging": {"tensorboard": False},
+        "ref": {"ref_model_load_path": "hf"},
+        "generate_config": {"max_prompt_length": 100, "max_tokens": 64, "temperature": 0.6,
+                            "top_p": 0.95, "top_k": 20, "min_tokens": 1,
+                            "repetition_penalty": 1.05},
+    })
+    a = load_train_config(write(ws, mindspeed_style))
+    b = load_train_config(write(ws, canonical, name="canon.yaml"), ["logging.name=cfg"])
+    assert a == b
+    assert a.fingerprint() == b.fingerprint()
+    assert a.ref.ref_model_load_path == "hf" and a.runtime.seed == 42 and a.data.seed == 42
+
+
+def test_adv_estimator_accepts_mindspeed_value(ws):
+    cfg = load(ws, {"rl_config": {"adv_estimator": "group_norm"}})
+    assert cfg.rl_config.adv_estimator == "grpo"
+
+
+def test_alias_conflict_is_an_error(ws):
+    msg = error(ws, {"rl_config": {"algorithm": "dr_grpo", "adv_estimator": "grpo"}})
+    assert_error(msg, "rl_config.algorithm", "conflicts with rl_config.adv_estimator")
+
+
+def test_unknown_key_inside_alias_container(ws):
+    msg = error(ws, {"rl_config": {"integrated_mode_config": {"ref_model_load_pth": "hf"}}})
+    assert_error(msg, "rl_config.integrated_mode_config.ref_model_load_pth", "did you mean",
+                 "ref_model_load_path")
+
+
+# ---------------------------------------------------------------------------------------------
+# errors: each names the file and the dotted key
+
+@pytest.mark.parametrize("extra, key, fragments", [
+    # unknown keys and sections
+    ({"rl_config": {"kl_coeff": 0.1}}, "rl_config.kl_coeff",
+     ["unknown key", "did you mean 'rl_config.kl_coef'?"]),
+    ({"rl_config": {"lr": 0.1}}, "rl_config.lr", ["did you mean 'actor_config.lr'?"]),
+    ({"generat_config": {"top_p": 0.5}}, "generat_config",
+     ["unknown section", "did you mean 'generate_config'?"]),
+    ({"megatron_training": {"global_batch_size": 4}}, "megatron_training",
+     ["rl_config.global_batch_size"]),
+    # wrong types
+    ({"rl_config": {"global_batch_size": "abc"}}, "rl_config.global_batch_size",
+     ["expected an integer", "'abc'"]),
+    ({"rl_config": {"global_batch_size": 16.5}}, "rl_config.global_batch_size",
+     ["expected an integer", "16.5"]),
+    ({"rl_config": {"global_batch_size": True}}, "rl_config.global_batch_size",
+     ["expected an integer", "true (boolean)"]),
+    ({"rl_config": {"kl_coef": "high"}}, "rl_config.kl_coef", ["expected a number"]),
+    ({"rl_config": {"kl_coef": None}}, "rl_config.kl_coef", ["must not be null"]),
+    ({"rl_config": {"dynamic_sampling": "maybe"}}, "rl_config.dynamic_sampling",
+     ["expected true or false", "'maybe'"]),
+    ({"rl_config": {"verifier_function": "acc"}}, "rl_config.verifier_function",
+     ["expected a list"]),
+    ({"rl_config": {"verifier_weight": [1.0, "x"]}}, "rl_config.verifier_weight[1]",
+     ["expected a number"]),
+    ({"actor_config": {"tokenizer_name_or_path": 12}}, "actor_config.tokenizer_name_or_path",
+     ["expected a string"]),
+    ({"data": {"prompt_key": ""}}, "data.prompt_key", ["must not be empty"]),
+    ({"eval": [1, 2]}, "eval", ["expected a mapping"]),
+    # bounds
+    ({"rl_config": {"micro_batch_size": -4}}, "rl_config.micro_batch_size", ["must be >= 1", "-4"]),
+    ({"generate_config": {"top_p": 1.5}}, "generate_config.top_p", ["must be in (0, 1]", "1.5"]),
+    ({"generate_config": {"temperature": 0}}, "generate_config.temperature", ["must be > 0"]),
+    ({"rl_config": {"gamma": 1.2}}, "rl_config.gamma", ["must be in [0, 1]"]),
+    ({"rl_config": {"clip_ratio_c": 1.0}}, "rl_config.clip_ratio_c", ["must be > 1"]),
+    ({"generate_config": {"stop_token_ids": [3, -1]}}, "generate_config.stop_token_ids[1]",
+     ["must be >= 0"]),
+    ({"actor_config": {"lr": float("nan")}}, "actor_config.lr", ["finite"]),
+    # choices
+    ({"rl_config": {"kl_penalty": "foo"}}, "rl_config.kl_penalty",
+     ["invalid value 'foo'", "kl, k1, mse, k2, low_var_kl, k3, abs"]),
+    ({"rl_config": {"adv_estimator": "GRPO"}}, "rl_config.adv_estimator",
+     ["grpo, dr_grpo, gae", "did you mean 'grpo'?"]),
+    ({"runtime": {"mode": "eager"}}, "runtime.mode", ["graph, pynative"]),
+    ({"actor_config": {"compute_dtype": "bf16"}}, "actor_config.compute_dtype", ["bfloat16"]),
+    # rules spanning several keys
+    ({"rl_config": {"global_batch_size": 64, "n_samples_per_prompt": 8, "mini_batch_size": 48}},
+     "rl_config.mini_batch_size",
+     ["48 does not divide global_batch_size*n_samples_per_prompt = 64*8 = 512"]),
+    ({"rl_config": {"mini_batch_size": 32, "micro_batch_size": 12}}, "rl_config.micro_batch_size",
+     ["12 does not divide mini_batch_size = 32"]),
+    ({"rl_config": {"n_samples_per_prompt": 1}}, "rl_config.n_samples_per_prompt",
+     ["must be >= 2", "'grpo'"]),
+    ({"rl_config": {"verifier_function": ["acc", "format"]}}, "rl_config.verifier_weight",
+     ["has 1 entries but verifier_function has 2"]),
+    ({"rl_config": {"verifier_function": ["acc", "acc"], "verifier_weight": [1, 1]}},
+     "rl_config.verifier_function", ["more than once"]),
+    ({"rl_config": {"adv_estimator": "dr_grpo", "norm_adv_by_std": True}},
+     "rl_config.norm_adv_by_std", ["must be false", "dr_grpo"]),
+    ({"rl_config": {"overlong_buffer_len": 256}}, "rl_config.overlong_buffer_len",
+     ["smaller than generate_config.max_tokens = 256"]),
+    ({"actor_config": {"finetune": False}}, "actor_config.load",
+     ["required when finetune is false"]),
+    ({"actor_config": {"finetune": False, "load": "w.safetensors"}}, "actor_config.load",
+     ["checkpoint directory"]),
+    ({"actor_config": {"finetune": False, "load": "ckpt"}, "rl_config": {"kl_coef": 0.1}},
+     "ref.ref_model_load_path", ["original weights"]),
+    ({"actor_config": {"lr_warmup_iters": 5, "lr_warmup_fraction": 0.1}},
+     "actor_config.lr_warmup_fraction", ["lr_warmup_iters"]),
+    ({"actor_config": {"lr_warmup_iters": 500}}, "actor_config.lr_warmup_iters",
+     ["train_iters = 100"]),
+    ({"actor_config": {"min_lr": 1e-3}}, "actor_config.min_lr", ["larger than lr"]),
+    ({"actor_config": {"save_interval": 10}}, "actor_config.save_interval",
+     ["actor_config.save is not set"]),
+    ({"generate_config": {"min_tokens": 300}}, "generate_config.min_tokens", ["max_tokens = 256"]),
+    # files
+    ({"actor_config": {"model": "model_configs/nope.yaml"}}, "actor_config.model",
+     ["not found", "'model_configs/nope.yaml'", "resolved against"]),
+    ({"actor_config": {"model": "nope"}}, "actor_config.model", ["model_configs/nope.yaml"]),
+    ({"actor_config": {"model": "tok"}}, "actor_config.model", ["no config.json"]),
+    ({"actor_config": {"tokenizer_name_or_path": "missing_tok"}},
+     "actor_config.tokenizer_name_or_path", ["tokenizer not found", "'missing_tok'"]),
+    ({"actor_config": {"tokenizer_name_or_path": "ckpt"}}, "actor_config.tokenizer_name_or_path",
+     ["tokenizer.json"]),
+    ({"actor_config": {"load": "gone"}}, "actor_config.load", ["checkpoint not found", "'gone'"]),
+    ({"data": {"path": "other.mindrecord"}}, "data.path", ["dataset not found"]),
+    ({"data": {"path": "heldout.jsonl"}}, "data.path", ["mindrl preprocess"]),
+    ({"eval": {"path": "missing.jsonl"}}, "eval.path", ["dataset not found"]),
+    ({"ref": {"ref_model_load_path": "orig"}}, "ref.ref_model_load_path",
+     ["reference weights not found", "'orig'"]),
+    ({"rl_config": {"custom_reward_file": "rw.py"}}, "rl_config.custom_reward_file",
+     ["reward file not found"]),
+    ({"rl_config": {"custom_reward_file": "tok"}}, "rl_config.custom_reward_file",
+     ["expected a .py file"]),
+])
+def test_error_names_file_and_key(ws, extra, key, fragments):
+    assert_error(error(ws, extra), key, *fragments)
+
+
+@pytest.mark.parametrize("dotted", ["actor_config.model", "actor_config.tokenizer_name_or_path",
+                                    "data.path"])
+def test_missing_required_key(ws, dotted):
+    assert_error(error(ws, drop=[dotted]), dotted, "missing required key")
+
+
+def test_missing_required_section(ws):
+    msg = error(ws, drop=["data"])
+    assert_error(msg, "data.path", "missing required key")
+
+
+def test_missing_mindrecord_index(ws):
+    (ws / "train.mindrecord.db").unlink()
+    assert_error(error(ws), "data.path", "train.mindrecord.db")
+
+
+def test_all_problems_reported_together(ws):
+    msg = error(ws, {"rl_config": {"kl_coeff": 1, "ppo_epochs": 0},
+                     "generate_config": {"top_k": -1}})
+    assert len(msg.splitlines()) == 3
+    assert_error(msg, "rl_config.kl_coeff", "unknown key")
+    assert_error(msg, "rl_config.ppo_epochs", ">= 1")
+    assert_error(msg, "generate_config.top_k", ">= 0")
+
+
+@pytest.mark.parametrize("text, fragments", [
+    ("rl_config:\n  kl_coef: 0.1\n  kl_coef: 0.2\n", ["duplicate key 'kl_coef'"]),
+    ("rl_config: [unclosed\n", ["invalid YAML"]),
+    ("- a\n- b\n", ["top level"]),
+])
+def test_malformed_yaml(ws, text, fragments):
+    msg = error(ws, text=text)
+    assert msg.startswith("cfg.yaml: ")
+    assert all(f in msg for f in fragments), msg
+
+
+def test_missing_config_file(ws):
+    with pytest.raises(ConfigError, match=r"^nowhere\.yaml: config file not found"):
+        load_train_config("nowhere.yaml")
+
+
+def test_relative_paths_resolve_against_cwd(ws, tmp_path_factory, monkeypatch):
+    name = write(ws, merged())
+    assert load_train_config(name).data.path == "train.mindrecord"
+    other = tmp_path_factory.mktemp("elsewhere")
+    monkeypatch.chdir(other)
+    with pytest.raises(ConfigError) as info:
+        load_train_config(ws / name)
+    msg = str(info.value)
+    assert f"{ws / name}: data.path: dataset not found: 'train.mindrecord'" in msg
+    assert str(other) in msg
+
+
+def test_model_name_and_home_expansion(ws, monkeypatch):
+    monkeypatch.setenv("HOME", str(ws))
+    cfg = load(ws, {"actor_config": {"model": "tiny", "tokenizer_name_or_path": "~/tok"}})
+    assert cfg.actor_config.model == "model_configs/tiny.yaml"
+    assert cfg.ref.model == "model_configs/tiny.yaml"
+    assert cfg.actor_config.tokenizer_name_or_path == str(ws / "tok")
+
+
+def test_check_paths_off_and_from_dict(ws):
+    data = merged({"actor_config": {"model": "absent", "tokenizer_name_or_path": "absent"},
+                   "data": {"path": "absent.mindrecord"}})
+    cfg = config_from_dict(data, ["rl_config.kl_coef=0.5"], check_paths=False)
+    assert cfg.rl_config.kl_coef == 0.5 and cfg.logging.name == "run"
+    assert data["actor_config"]["model"] == "absent"  # input left untouched
+    with pytest.raises(ConfigError, match=r"^<dict>: actor_config\.model: "):
+        config_from_dict(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# overrides
+
+def test_overrides_change_values(ws):
+    cfg = load(ws, overrides=[
+        "rl_config.kl_coef=0.01",
+        "actor_config.lr=1e-5",
+        "generate_config.temperature=0.7",
+        "rl_config.verifier_function=[acc,format]",
+        "rl_config.verifier_weight=[1, 0.5]",
+        "generate_config.stop_token_ids=[5,6]",
+        "rl_config.dynamic_sampling=true",
+        "actor_config.save=out",
+        "actor_config.save=out2",  # last one wins
+        "eval.interval=3",
+        "logging.name=007",
+        "rl_config.clip_ratio_c=null",
+        "rl_config.algorithm=dr_grpo",
+        "seed=7",
+    ])
+    assert cfg.rl_config.kl_coef == 0.01 and cfg.actor_config.lr == 1e-5
+    assert cfg.generate_config.temperature == 0.7
+    assert cfg.rl_config.verifier_function == ["acc", "format"]
+    assert cfg.rl_config.verifier_weight == [1.0, 0.5]
+    assert cfg.generate_config.stop_token_ids == [5, 6]
+    assert cfg.rl_config.dynamic_sampling is True
+    assert cfg.actor_config.save == "out2" and cfg.eval.interval == 3
+    assert cfg.logging.name == "007" and cfg.logging.log_dir == "runs/007"
+    assert cfg.rl_config.adv_estimator == "dr_grpo" and cfg.rl_config.norm_adv_by_std is False
+    assert cfg.runtime.seed == 7 and cfg.data.seed == 7
+
+
+def test_override_beats_file_and_alias(ws):
+    cfg = load(ws, {"rl_config": {"algorithm": "grpo", "kl_coef": 0.2}},
+               overrides=["rl_config.adv_estimator=dr_grpo", "rl_config.init_kl_coef=0.3",
+                          "rl_config.integrated_mode_config.ref_model_load_path=hf"])
+    assert cfg.rl_config.adv_estimator == "dr_grpo" and cfg.rl_config.kl_coef == 0.3
+    assert cfg.ref.ref_model_load_path == "hf"
+
+
+@pytest.mark.parametrize("override, key, fragments", [
+    ("rl_config.kl_coeff=0.1", "rl_config.kl_coeff",
+     ["unknown key in command-line override", "did you mean 'rl_config.kl_coef'?"]),
+    ("rl_config.kl_coef.x=1", "rl_config.kl_coef.x", ["unknown key"]),
+    ("rl_config=1", "rl_config", ["override one key inside it"]),
+    ("trainer.lr=1", "trainer.lr", ["unknown key"]),
+    ("rl_config.global_batch_size=abc", "rl_config.global_batch_size",
+     ["expected an integer", "set by command-line override 'rl_config.global_batch_size=abc'"]),
+    ("rl_config.verifier_function=[acc", "rl_config.verifier_function", ["cannot parse value"]),
+    ("rl_config.use_kl_in_loss=maybe", "rl_config.use_kl_in_loss", ["expected true or false"]),
+])
+def test_bad_override(ws, override, key, fragments):
+    assert_error(error(ws, overrides=[override]), key, *fragments)
+
+
+def test_override_without_equals(ws):
+    msg = error(ws, overrides=["rl_config.kl_coef"])
+    assert msg.startswith("cfg.yaml: command-line override 'rl_config.kl_coef'")
+    assert "section.key=value" in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# fingerprints
+
+def test_fingerprint_stable_across_key_order(ws):
+    forward = merged({"rl_config": {"kl_coef": 0.1, "n_samples_per_prompt": 4},
+                      "generate_config": {"top_p": 0.9, "max_tokens": 64}})
+    backward = {s: dict(reversed(list(v.items()))) for s, v in reversed(list(forward.items()))}
+    backward["rl_config"] = {"algorithm": "grpo", **backward["rl_config"]}
+    a = load_train_config(write(ws, forward, "a.yaml"))
+    b = load_train_config(write(ws, backward, "b.yaml"), ["logging.name=a"])
+    assert a.fingerprint() == b.fingerprint()
+    assert a.fingerprint("rl_config", "generate_config") == \
+        b.fingerprint("generate_config", "rl_config")
+    fp = a.fingerprint("actor_config")
+    assert len(fp) == 64 and int(fp, 16) >= 0
+    assert fp == a.fingerprint("actor_config")
+
+
+def test_fingerprint_changes_with_values(ws):
+    base = load(ws)
+    changed = load(ws, overrides=["generate_config.max_tokens=128"])
+    assert base.fingerprint() != changed.fingerprint()
+    assert base.fingerprint("generate_config") != changed.fingerprint("generate_config")
+    assert base.fingerprint("generate_config.max_tokens") != \
+        changed.fingerprint("generate_config.max_tokens")
+    assert base.fingerprint("actor_config") == changed.fingerprint("actor_config")
+    assert base.fingerprint("rl_config.kl_coef") != base.fingerprint("rl_config.entropy_coeff")
+    with pytest.raises(ConfigError, match="unknown config key 'rl_config.nope'"):
+        base.fingerprint("rl_config.nope")
+
+
+# ---------------------------------------------------------------------------------------------
+# packaging constraints
+
+def test_import_uses_only_stdlib_and_yaml():
+    # whatever `import yaml` and site startup load is fine; mindrl.config may add only stdlib
+    code = ("import sys, yaml; before = set(sys.modules); import mindrl.config; "
+            "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+            "print(','.join(sorted(new - set(sys.stdlib_module_names) - {'mindrl'})))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "", f"mindrl.config imported {out.stdout.strip()}"
+
+
+def test_docs_cover_every_key():
+    doc = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    cfg = config_from_dict(BASE, check_paths=False)
+    for section in SECTIONS:
+        assert f"`{section}`" in doc, section
+        for f in dataclasses.fields(type(getattr(cfg, section))):
+            assert f"`{f.name}`" in doc, f"{section}.{f.name} is not documented"
+    for alias in ALIASES:
+        assert alias in doc, f"alias {alias} is not documented"
