@@ -1,0 +1,259 @@
+"""Loss functions for the training graph (MindSpore).
+
+Every function here runs inside ``nn.Cell.construct`` in GRAPH_MODE and in PyNative, uses only
+ops with CPU kernels in MindSpore 2.10, and is differentiable w.r.t. ``log_prob`` / ``values``.
+String and float options (``loss_agg_mode``, clip ratios, ...) are Python constants: in
+GRAPH_MODE the branches on them are resolved when the graph compiles, never per call, so pass
+them from Python (or store them on the Cell), not as tensors.
+
+Shapes: ``[B, T]`` per-token tensors (B sequences, T response positions) and a ``mask`` of the
+same shape, 1 for a valid response token and 0 for padding (any numeric dtype).
+"""
+from mindspore import nn, ops
+
+from .kl import get_kl_estimator
+from .registry import LOSS_AGG_MODES, check_loss_agg_mode, check_policy_loss_name
+
+# log-ratios beyond this are clamped before exp: exp(20) ~ 5e8 is already far outside any clip range
+_MAX_LOG_RATIO = 20.0
+
+
+# ---------------------------------------------------------------------------------------------
+# masked reductions
+
+
+def masked_sum(x, mask, axis=None):
+    mask = ops.cast(mask, x.dtype)
+    if axis is None:
+        return (x * mask).sum()
+    return (x * mask).sum(axis)
+
+
+def masked_mean(x, mask, axis=None):
+    """Mean over valid entries; 0 (not NaN) where there is none."""
+    mask = ops.cast(mask, x.dtype)
+    if axis is None:
+        return (x * mask).sum() / ops.clamp(mask.sum(), min=1.0)
+    return (x * mask).sum(axis) / ops.clamp(mask.sum(axis), min=1.0)
+
+
+def masked_var(x, mask):
+    """Unbiased (n - 1) variance over all valid entries; 0 with fewer than two."""
+    mask = ops.cast(mask, x.dtype)
+    n = mask.sum()
+    mean = (x * mask).sum() / ops.clamp(n, min=1.0)
+    d = (x - mean) * mask
+    return (d * d).sum() / ops.clamp(n - 1.0, min=1.0)
+
+
+def masked_whiten(x, mask, shift_mean=True, eps=1e-8):
+    """``(x - mean) / sqrt(var + eps)`` with masked mean and unbiased variance; 0 where masked."""
+    mask = ops.cast(mask, x.dtype)
+    mean = masked_mean(x, mask)
+    out = (x - mean) * ops.rsqrt(masked_var(x, mask) + eps)
+    if not shift_mean:
+        out = out + mean
+    return out * mask
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation
+
+
+def agg_loss(loss_mat, mask, loss_agg_mode="token-mean", denominator=None, norm_len=None):
+    """Reduce a per-token loss ``[B, T]`` to a scalar.
+
+    With ``s_b = sum_t mask*loss`` (token sum of sequence b), ``n_b = sum_t mask`` and ``D`` the
+    denominator:
+
+    - ``token-mean``:              ``sum_b s_b / D``,           default ``D`` = number of valid tokens.
+    - ``seq-mean-token-mean``:     ``sum_b (s_b / n_b) / D``,   default ``D`` = number of sequences with n_b > 0.
+    - ``seq-mean-token-sum``:      ``sum_b s_b / D``,           default ``D`` = number of sequences with n_b > 0.
+    - ``seq-mean-token-sum-norm``: ``sum_b (s_b / L) / D``,     default ``D`` as above; ``L = norm_len``
+      (a constant, e.g. the max response length; default T) - Dr.GRPO's length-unbiased loss.
+
+    Default denominators are clamped to >= 1, so all-masked rows or batches give 0, never NaN.
+
+    ``denominator`` (float or 0-d tensor) replaces the default D. For gradient accumulation, pass
+    D computed over the whole mini-batch (``denominators.loss_denominator(mini_batch_mask, mode)``)
+    to every micro-batch: the micro-batch losses then *sum* to exactly the mini-batch loss, and so
+    do their gradients. An explicit denominator must be > 0.
+    """
+    check_loss_agg_mode(loss_agg_mode)
+    mask = ops.cast(mask, loss_mat.dtype)
+    tok_sum = (loss_mat * mask).sum(-1)
+    if loss_agg_mode == "token-mean":
+        denom = ops.clamp(mask.sum(), min=1.0) if denominator is None else denominator
+        return tok_sum.sum() / denom
+    n_tok = mask.sum(-1)
+    if loss_agg_mode == "seq-mean-token-mean":
+        seq = tok_sum / ops.clamp(n_tok, min=1.0)
+    elif loss_agg_mode == "seq-mean-token-sum":
+        seq = tok_sum
+    else:  # seq-mean-token-sum-norm
+        seq = tok_sum / float(loss_mat.shape[-1] if norm_len is None else norm_len)
+    # an all-masked row has seq == 0 already; it only must not count in the default denominator
+    n_seq = ops.cast(n_tok > 0, loss_mat.dtype).sum()
+    denom = ops.clamp(n_seq, min=1.0) if denominator is None else denominator
+    return seq.sum() / denom
+
+
+# ---------------------------------------------------------------------------------------------
+# policy loss
+
+
+def policy_loss(
+    log_prob,
+    old_log_prob,
+    advantages,
+    mask,
+    clip_ratio_low=0.2,
+    clip_ratio_high=0.2,
+    clip_ratio_c=None,
+    loss_agg_mode="token-mean",
+    denominator=None,
+):
+    """PPO clipped surrogate with asymmetric clipping (DAPO clip-higher) and optional dual-clip.
+
+    Per token, with ``ratio = exp(clamp(log_prob - old_log_prob, -20, 20))`` and advantage ``A``:
+    ``l = max(-A * ratio, -A * clip(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high))``;
+    with dual-clip (``clip_ratio_c`` > 1, e.g. 3.0) tokens with ``A < 0`` use ``min(l, -A * clip_ratio_c)``,
+    which bounds the loss when the ratio explodes on a bad action.
+
+    Returns ``(pg_loss, pg_clipfrac, ppo_kl)``:
+    - ``pg_loss``: ``agg_loss(l, mask, loss_agg_mode, denominator)``, the only differentiable output.
+    - ``pg_clipfrac``: fraction of valid tokens where the clipped term is the larger one (clipping active).
+    - ``ppo_kl``: mean over valid tokens of ``old_log_prob - log_prob`` (approximate KL(old || new)).
+    The two metrics are means over *this* call's valid tokens (not scaled by ``denominator``).
+    """
+    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {clip_ratio_c}")
+    mask = ops.cast(mask, log_prob.dtype)
+    log_ratio = ops.clamp(log_prob - old_log_prob, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    ratio = ops.exp(log_ratio)
+    surr = -advantages * ratio
+    surr_clip = -advantages * ops.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    # where() rather than maximum(): its gradient goes to exactly one branch, also at ties
+    clipped = surr_clip > surr
+    loss = ops.where(clipped, surr_clip, surr)
+    if clip_ratio_c is not None:
+        bound = -advantages * clip_ratio_c
+        loss = ops.where(ops.logical_and(advantages < 0, loss > bound), bound, loss)
+    pg_loss = agg_loss(loss, mask, loss_agg_mode, denominator)
+    pg_clipfrac = ops.stop_gradient(masked_mean(ops.cast(clipped, log_prob.dtype), mask))
+    ppo_kl = ops.stop_gradient(masked_mean(-log_ratio, mask))
+    return pg_loss, pg_clipfrac, ppo_kl
+
+
+POLICY_LOSSES = {"vanilla": policy_loss}
+
+
+def get_policy_loss(name):
+    """Policy loss by name (``vanilla``: the clipped surrogate above)."""
+    return POLICY_LOSSES[check_policy_loss_name(name)]
+
+
+# ---------------------------------------------------------------------------------------------
+# entropy and value loss
+
+
+def entropy_from_logits(logits):
+    """Entropy of ``softmax(logits)`` over the last axis: ``logsumexp(z) - sum(softmax(z) * z)``.
+
+    Entropy does not change when a constant is added to the logits, so they are first shifted by
+    their (non-differentiated) max: this avoids overflow and, more importantly in float32, the
+    cancellation of two large terms when the logits themselves are large (e.g. 1e4).
+    """
+    z = logits - ops.stop_gradient(logits.max(axis=-1, keepdims=True))
+    return ops.logsumexp(z, -1) - (ops.softmax(z, -1) * z).sum(-1)
+
+
+def value_loss(
+    values,
+    old_values,
+    returns,
+    mask,
+    cliprange_value=0.5,
+    loss_agg_mode="token-mean",
+    denominator=None,
+):
+    """PPO clipped value loss: ``0.5 * agg(max((v - R)^2, (v_clip - R)^2))`` with
+    ``v_clip = old_values + clip(values - old_values, -cliprange_value, cliprange_value)``.
+
+    Returns ``(vf_loss, vf_clipfrac)``; ``vf_clipfrac`` is the fraction of valid tokens where the
+    clipped error is the larger one.
+    """
+    mask = ops.cast(mask, values.dtype)
+    v_clip = old_values + ops.clamp(values - old_values, -cliprange_value, cliprange_value)
+    err = (values - returns) ** 2
+    err_clip = (v_clip - returns) ** 2
+    clipped = err_clip > err
+    loss = ops.where(clipped, err_clip, err)
+    vf_loss = 0.5 * agg_loss(loss, mask, loss_agg_mode, denominator)
+    vf_clipfrac = ops.stop_gradient(masked_mean(ops.cast(clipped, values.dtype), mask))
+    return vf_loss, vf_clipfrac
+
+
+# ---------------------------------------------------------------------------------------------
+# the actor objective as one Cell, configured once
+
+
+class ActorLoss(nn.Cell):
+    """``pg_loss + kl_coef * kl_loss - entropy_coeff * entropy`` for the actor update.
+
+    All options are fixed at construction (validated here, so a bad config fails before any graph
+    compiles). ``construct(log_prob, old_log_prob, advantages, mask, ref_log_prob=None,
+    entropy=None, denominator=None)`` returns the flat tuple
+    ``(loss, pg_loss, pg_clipfrac, ppo_kl, kl_loss, entropy_loss)``; use it with
+    ``ms.value_and_grad(..., has_aux=True)``. ``kl_loss`` / ``entropy_loss`` are 0 when disabled.
+    The KL and entropy terms use the same ``loss_agg_mode``, mask and ``denominator`` as pg_loss.
+    """
+
+    def __init__(
+        self,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        clip_ratio_c=None,
+        loss_agg_mode="token-mean",
+        use_kl_in_loss=False,
+        kl_penalty="low_var_kl",
+        kl_coef=0.0,
+        entropy_coeff=0.0,
+        policy_loss_name="vanilla",
+    ):
+        super().__init__()
+        if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {clip_ratio_c}")
+        self.pg_fn = get_policy_loss(policy_loss_name)
+        self.kl_fn = get_kl_estimator(kl_penalty)
+        self.loss_agg_mode = check_loss_agg_mode(loss_agg_mode)
+        self.clip_ratio_low = float(clip_ratio_low)
+        self.clip_ratio_high = float(clip_ratio_high)
+        self.clip_ratio_c = None if clip_ratio_c is None else float(clip_ratio_c)
+        self.use_kl = bool(use_kl_in_loss)
+        self.kl_coef = float(kl_coef)
+        self.entropy_coeff = float(entropy_coeff)
+
+    def construct(self, log_prob, old_log_prob, advantages, mask, ref_log_prob=None, entropy=None, denominator=None):
+        pg_loss, pg_clipfrac, ppo_kl = self.pg_fn(
+            log_prob, old_log_prob, advantages, mask,
+            self.clip_ratio_low, self.clip_ratio_high, self.clip_ratio_c, self.loss_agg_mode, denominator,
+        )
+        loss = pg_loss
+        kl_loss = ops.zeros((), log_prob.dtype)
+        if self.use_kl:
+            if ref_log_prob is None:
+                raise ValueError("use_kl_in_loss is set, so ActorLoss needs ref_log_prob")
+            kl_loss = agg_loss(self.kl_fn(log_prob, ref_log_prob), mask, self.loss_agg_mode, denominator)
+            loss = loss + self.kl_coef * kl_loss
+        ent_loss = ops.zeros((), log_prob.dtype)
+        if entropy is not None:
+            ent_loss = agg_loss(entropy, mask, self.loss_agg_mode, denominator)
+            loss = loss - self.entropy_coeff * ent_loss
+        return loss, pg_loss, pg_clipfrac, ppo_kl, kl_loss, ent_loss
+
+
+__all__ = [
+    "LOSS_AGG_MODES", "masked_sum", "masked_mean", "masked_var", "masked_whiten", "agg_loss",
+    "policy_loss", "POLICY_LOSSES", "get_policy_loss", "entropy_from_logits", "value_loss", "ActorLoss",
+]

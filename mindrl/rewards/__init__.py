@@ -1,0 +1,29 @@
+"""Rewards: rule verifiers chosen by name and their weighted sum over a batch.
+
+``RewardComputer(verifier_function, verifier_weight, custom_reward_file)`` is the entry point;
+``register_reward("name")`` lets a user file add a verifier. Importing this package is cheap
+(no MindSpore, no math-verify: that runs in worker processes started on first use).
+"""
+from .computer import RewardComputer, RewardOutput, load_custom_reward_file
+from .math_pool import MathVerifyPool
+from .verifiers import (
+    VERIFIERS,
+    extract_math_answer,
+    format_reward,
+    get_verifier,
+    last_boxed,
+    last_number,
+    last_number_reward,
+    math_acc,
+    math_score_batch,
+    register_reward,
+    strict_format_reward,
+    valid_verifier_names,
+)
+
+__all__ = [
+    "RewardComputer", "RewardOutput", "load_custom_reward_file", "MathVerifyPool", "VERIFIERS",
+    "extract_math_answer", "format_reward", "get_verifier", "last_boxed", "last_number",
+    "last_number_reward", "math_acc", "math_score_batch", "register_reward", "strict_format_reward",
+    "valid_verifier_names",
+]

@@ -1,0 +1,209 @@
+"""Rule-based verifiers: ``fn(response_text, label) -> float``, chosen by name from a registry.
+
+Built-in names (``verifier_function`` in the config):
+
+- ``math_acc`` (aliases ``acc``, ``math_17k_acc``, ``deepscaler_acc``): 1.0 when the final answer
+  is mathematically equivalent to the label (math-verify), with a hard per-sample timeout.
+- ``format``: ``<think>...</think>`` followed by ``<answer>...</answer>`` or by a plain final answer.
+- ``strict_format``: exactly ``<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>``.
+- ``last_number``: the last number in the response equals the label's number exactly.
+
+A verifier may carry a ``score_batch(responses, labels, **options)`` attribute; ``RewardComputer``
+uses it to score a whole batch at once (``math_acc`` does, to share its worker pool).
+"""
+import re
+from decimal import Decimal, InvalidOperation
+
+VERIFIERS = {}
+_BUILTIN = set()
+
+
+def register_reward(name, aliases=(), _builtin=False):
+    """Decorator registering ``fn(response, label) -> float`` as ``name`` (and ``aliases``).
+
+    Use it in a ``custom_reward_file``. Re-registering a custom name replaces it; the built-in
+    names cannot be replaced (pick another name).
+    """
+
+    def deco(fn):
+        for n in (name, *aliases):
+            if n in _BUILTIN and not _builtin:
+                raise ValueError(f"{n!r} is a built-in verifier name; register your reward under another name")
+            VERIFIERS[n] = fn
+            if _builtin:
+                _BUILTIN.add(n)
+        return fn
+
+    return deco
+
+
+def valid_verifier_names():
+    return sorted(VERIFIERS)
+
+
+def get_verifier(name):
+    try:
+        return VERIFIERS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown verifier_function {name!r}; valid names: {', '.join(valid_verifier_names())}"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# answer extraction
+
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
+
+
+def last_boxed(text):
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with nested braces, else None."""
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    i = text.find("{", start)
+    if i < 0 or text[start:i].strip() not in ("\\boxed", "\\fbox"):
+        return None
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j]
+    return None  # unbalanced: the answer was cut off
+
+
+def extract_math_answer(response):
+    """The part of a response to grade: inside the last ``<answer>`` block if there is one; there,
+    the last ``\\boxed{}`` if any. Returns ``(text_for_math_verify, bare_answer_or_None)``; the
+    bare answer is None when neither a box nor an answer tag was found (free text)."""
+    tags = _ANSWER_TAG.findall(response)
+    region = tags[-1] if tags else response
+    boxed = last_boxed(region)
+    if boxed is not None:
+        return "\\boxed{" + boxed + "}", boxed
+    return region, (region if tags else None)
+
+
+def _spellings(text, bare_math):
+    """Alternatives for math-verify: a bare answer ("1+x", "\\frac12") is only read as LaTeX
+    inside math delimiters, so try it wrapped in ``$...$`` first, then as it is."""
+    if bare_math and "$" not in text and "\\boxed" not in text:
+        return ["$" + text + "$", text]
+    return [text]
+
+
+_INT = re.compile(r"-?\d+")
+
+
+def _quick_math_verdict(bare, label):
+    """Decide the obvious cases without the worker pool: identical strings are equal, two
+    different integers are not. None means 'ask math-verify'."""
+    if bare is None:
+        return None
+    a = re.sub(r"\s+", "", bare).strip("$")
+    b = re.sub(r"\s+", "", label).strip("$")
+    if b.startswith("\\boxed{") and b.endswith("}"):
+        b = b[len("\\boxed{") : -1]
+    if a and a == b:
+        return 1.0
+    if _INT.fullmatch(a) and _INT.fullmatch(b):
+        return 1.0 if int(a) == int(b) else 0.0
+    return None
+
+
+def math_score_batch(responses, labels, pool=None):
+    """Batch form of ``math_acc`` (list of floats); ``pool`` is a ``MathVerifyPool``."""
+    from .math_pool import default_pool
+
+    out = [0.0] * len(responses)
+    todo, pairs = [], []
+    for i, (resp, label) in enumerate(zip(responses, labels)):
+        label = str(label).strip()
+        pred, bare = extract_math_answer(resp)
+        quick = _quick_math_verdict(bare, label)
+        if quick is not None:
+            out[i] = quick
+        elif pred.strip() and label:
+            todo.append(i)
+            pairs.append((_spellings(label, True), _spellings(pred, bare is not None)))
+    if pairs:
+        for i, ok in zip(todo, (pool or default_pool()).verify_batch(pairs)):
+            out[i] = 1.0 if ok else 0.0
+    return out
+
+
+@register_reward("math_acc", aliases=("acc", "math_17k_acc", "deepscaler_acc"), _builtin=True)
+def math_acc(response, label):
+    """1.0 if the final answer is equivalent to ``label`` (math-verify: ``\\frac12`` == ``0.5``)."""
+    return math_score_batch([response], [label])[0]
+
+
+math_acc.score_batch = math_score_batch
+math_acc.uses_math_pool = True
+
+
+# ---------------------------------------------------------------------------------------------
+# format
+
+
+def _only_once(text, tag):
+    return text.count(f"<{tag}>") == 1 and text.count(f"</{tag}>") == 1
+
+
+@register_reward("format", _builtin=True)
+def format_reward(response, label=None):
+    """1.0 for ``<think>...</think>`` then either ``<answer>...</answer>`` (non-empty, nothing
+    after it) or, R1 style, non-empty plain text; only whitespace around. Tags must not repeat."""
+    text = response.strip()
+    if not (text.startswith("<think>") and _only_once(text, "think")):
+        return 0.0
+    rest = text.split("</think>", 1)[1].strip()
+    if not rest:
+        return 0.0
+    if "<answer>" in rest or "</answer>" in rest:
+        ok = _only_once(rest, "answer") and re.fullmatch(r"<answer>(.*\S.*)</answer>", rest, re.S)
+        return 1.0 if ok else 0.0
+    return 1.0
+
+
+_STRICT = re.compile(r"<think>\n(.+?)\n</think>\n<answer>\n(.+?)\n</answer>", re.S)
+
+
+@register_reward("strict_format", _builtin=True)
+def strict_format_reward(response, label=None):
+    """1.0 only for exactly ``<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>`` (outer
+    whitespace ignored), each tag once."""
+    text = response.strip()
+    ok = _only_once(text, "think") and _only_once(text, "answer") and _STRICT.fullmatch(text)
+    return 1.0 if ok else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# last number
+
+# a sign only when it is not a binary minus ("10-5" ends in 5, not -5); thousands separators
+# only in proper groups of three ("1,234" is 1234, but "3,4" is two numbers)
+_NUMBER = re.compile(r"(?:(?<![\w)\].])-)?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\w.])-?\.\d+", re.ASCII)
+
+
+def last_number(text):
+    """The last number in ``text`` as an exact ``Decimal`` (commas removed), or None."""
+    found = _NUMBER.findall(text)
+    if not found:
+        return None
+    try:
+        return Decimal(found[-1].replace(",", ""))
+    except InvalidOperation:
+        return None
+
+
+@register_reward("last_number", _builtin=True)
+def last_number_reward(response, label):
+    """1.0 if the last number in the response equals the label's (last) number exactly
+    (``145`` == ``145.0``, ``1,000`` == ``1000``)."""
+    want = last_number(str(label))
+    got = last_number(response)
+    return 1.0 if want is not None and got is not None and got == want else 0.0
