@@ -26,7 +26,7 @@ class LogProbCell(nn.Cell):
     """
 
     def __init__(self, lm, temperature: float = 1.0, with_entropy: bool = False):
-        super().__init__()
+        super().__init__(auto_prefix=False)
         self.lm = lm
         self.inv_t = 1.0 / float(temperature)
         self.with_entropy = with_entropy

@@ -110,8 +110,7 @@ def load_into(net, source, *, strict: bool = True, allow_missing=()) -> list:
     tp = tp_of(net)
     axes = split_axes(net)
     used = set()
-    for param in net.get_parameters():
-        name = param.name
+    for name, param in net.parameters_and_names():  # names relative to net: wrappers cannot rename them
         if name not in src:
             if any(name.startswith(prefix) for prefix in allow_missing):
                 continue
@@ -132,7 +131,8 @@ def load_into(net, source, *, strict: bool = True, allow_missing=()) -> list:
 
 def state_numpy(net) -> Dict[str, np.ndarray]:
     """This process's parameters as float32 numpy arrays (full tensors when tp == 1)."""
-    return {p.name: p.float().asnumpy() if str(p.dtype) == "BFloat16" else p.asnumpy() for p in net.get_parameters()}
+    return {name: p.float().asnumpy() if str(p.dtype) == "BFloat16" else p.asnumpy()
+            for name, p in net.parameters_and_names()}
 
 
 def save_hf(net, config, directory: str, dtype: Optional[str] = None, tokenizer_dir: Optional[str] = None) -> None:

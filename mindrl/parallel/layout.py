@@ -15,19 +15,17 @@ from mindrl.parallel.layers import ColumnLinear, RowLinear, VocabEmbedding
 def split_axes(net) -> Dict[str, Optional[int]]:
     """{parameter name: split axis or None} for every parameter of ``net``."""
     axes = {}
-    for _, cell in net.cells_and_names():
+    for prefix, cell in net.cells_and_names():  # names relative to net, like parameters_and_names()
         tp = getattr(cell, "tp", None)
         if tp is None or tp.size == 1:
             continue
-        if isinstance(cell, ColumnLinear):
-            axes[cell.weight.name] = 0
-            if cell.bias is not None:
-                axes[cell.bias.name] = 0
+        if isinstance(cell, (ColumnLinear, VocabEmbedding)):
+            axes[f"{prefix}.weight"] = 0
+            if getattr(cell, "bias", None) is not None:
+                axes[f"{prefix}.bias"] = 0
         elif isinstance(cell, RowLinear):
-            axes[cell.weight.name] = 1
-        elif isinstance(cell, VocabEmbedding):
-            axes[cell.weight.name] = 0
-    return {p.name: axes.get(p.name) for p in net.get_parameters()}
+            axes[f"{prefix}.weight"] = 1
+    return {name: axes.get(name) for name, _ in net.parameters_and_names()}
 
 
 def tp_of(net):

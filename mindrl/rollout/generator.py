@@ -35,7 +35,7 @@ class _Cache(nn.Cell):
 
 class _Prefill(nn.Cell):
     def __init__(self, lm, cache):
-        super().__init__()
+        super().__init__(auto_prefix=False)
         self.lm, self.cache = lm, cache
 
     def construct(self, input_ids, attention_mask, rows):
@@ -44,7 +44,7 @@ class _Prefill(nn.Cell):
 
 class _Decode(nn.Cell):
     def __init__(self, lm, cache):
-        super().__init__()
+        super().__init__(auto_prefix=False)
         self.lm, self.cache = lm, cache
 
     def construct(self, tokens, pos, start):
@@ -55,7 +55,7 @@ class _Reorder(nn.Cell):
     """cache[:m] = cache[idx] for every layer (expanding n copies, or compacting live rows)."""
 
     def __init__(self, cache):
-        super().__init__()
+        super().__init__(auto_prefix=False)
         self.cache = cache
 
     def construct(self, idx, dest):

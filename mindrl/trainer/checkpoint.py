@@ -1,0 +1,111 @@
+"""Training checkpoints: written atomically, listed by a manifest, the last K kept.
+
+Layout of ``actor_config.save`` (Megatron/MindSpeed users know the tracker file)::
+
+    save/
+      latest_checkpointed_iteration.txt     # "10": the newest complete checkpoint
+      iter_0000010/
+        config.json, model.safetensors      # the policy as an HF directory (from_pretrained / transformers load it)
+        optimizer.safetensors               # adam_m.*, adam_v.*, global_step
+        trainer_state.json                  # step, data position, RNG seeds, lr
+        manifest.json                       # every file with its size: written last, checked on load
+
+A checkpoint is first written to ``iter_XXXXXXX.tmp-<pid>/`` and renamed when complete, so a crash
+never leaves a half-written directory under a real name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Optional
+
+from mindrl.models.safetensors_io import CheckpointError, SafetensorsFile, save_safetensors
+
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def iter_dir(root: str, step: int) -> str:
+    return os.path.join(root, f"iter_{step:07d}")
+
+
+def _write_json(path, obj):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(root: str, step: int, policy, optimizer_state: dict, trainer_state: dict,
+                    keep_last: int = 2, tokenizer_dir: Optional[str] = None) -> str:
+    os.makedirs(root, exist_ok=True)
+    final = iter_dir(root, step)
+    tmp = f"{final}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.save_pretrained(tmp, tokenizer_dir=tokenizer_dir)
+    save_safetensors(optimizer_state, os.path.join(tmp, "optimizer.safetensors"))
+    _write_json(os.path.join(tmp, "trainer_state.json"), trainer_state)
+    files = {f: os.path.getsize(os.path.join(tmp, f)) for f in sorted(os.listdir(tmp))}
+    _write_json(os.path.join(tmp, "manifest.json"), {"step": step, "files": files})
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _write_text_atomic(os.path.join(root, TRACKER), str(step))
+    _prune(root, keep_last)
+    return final
+
+
+def _write_text_atomic(path, text):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _prune(root, keep_last):
+    if keep_last <= 0:
+        return
+    steps = sorted(int(d[5:]) for d in os.listdir(root) if d.startswith("iter_") and d[5:].isdigit())
+    for step in steps[:-keep_last]:
+        shutil.rmtree(iter_dir(root, step), ignore_errors=True)
+
+
+def resolve(load: str) -> str:
+    """A checkpoint directory from ``load``: a save root (uses the tracker) or an ``iter_*`` directory."""
+    if not os.path.exists(load):
+        raise CheckpointError(f"{load}: checkpoint directory not found")
+    tracker = os.path.join(load, TRACKER)
+    if os.path.exists(tracker):
+        with open(tracker) as fh:
+            text = fh.read().strip()
+        if not text.isdigit():
+            raise CheckpointError(f"{tracker}: expected an iteration number, found {text!r}")
+        return iter_dir(load, int(text))
+    return load
+
+
+def verify(directory: str) -> dict:
+    """Check the manifest: every listed file present with its size. Returns the manifest."""
+    path = os.path.join(directory, "manifest.json")
+    if not os.path.exists(path):
+        raise CheckpointError(f"{directory}: no manifest.json: not a complete mindrl checkpoint")
+    with open(path) as fh:
+        manifest = json.load(fh)
+    for fname, size in manifest["files"].items():
+        f = os.path.join(directory, fname)
+        if not os.path.exists(f):
+            raise CheckpointError(f"{f}: listed in the manifest but missing")
+        if os.path.getsize(f) != size:
+            raise CheckpointError(f"{f}: size {os.path.getsize(f)} differs from the manifest's {size} (corrupt)")
+    return manifest
+
+
+def load_trainer_state(directory: str) -> dict:
+    verify(directory)
+    with open(os.path.join(directory, "trainer_state.json")) as fh:
+        return json.load(fh)
+
+
+def load_optimizer_state(directory: str) -> dict:
+    f = SafetensorsFile(os.path.join(directory, "optimizer.safetensors"))
+    return {k: f.get(k) for k in f.keys()}

@@ -1,0 +1,400 @@
+"""GRPO (and DAPO / Dr.GRPO) training loop: one controller per process.
+
+Each step reads like the algorithm:
+    prompts -> rollout (n samples each) -> rule rewards -> group advantages
+    -> [old log-probs] -> [reference log-probs] -> clipped policy update -> weights to the rollout model
+and logs MindSpeed-RL's metrics. The stages live in their own packages; this file only orders and times them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Optional
+
+import numpy as np
+
+from mindrl.config import TrainConfig
+from mindrl.trainer.metrics import MetricsLogger, Timers, stats, summary_line, throughput
+
+log = logging.getLogger("mindrl.train")
+
+
+def _seed(*parts) -> int:
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+
+
+def _bucket(n: int, minimum: int = 8) -> int:
+    b = minimum
+    while b < n:
+        b *= 2
+    return b
+
+
+class GRPOTrainer:
+    def __init__(self, cfg: TrainConfig):
+        from mindrl.runtime import setup_context
+        self.cfg = cfg
+        rt, actor, rl, gen = cfg.runtime, cfg.actor_config, cfg.rl_config, cfg.generate_config
+        setup_context(rt.mode, rt.threads)
+        from mindrl.data.tokenizer import load_tokenizer
+        from mindrl.models.config import load_model_config
+        from mindrl.rewards.computer import RewardComputer
+        from mindrl.rollout.generator import Generator
+        from mindrl.rollout.sampling import SamplingParams
+        from mindrl.trainer.actor import ActorUpdater
+
+        # Rewards first: a bad verifier name fails before anything compiles.
+        self.rewards = RewardComputer(rl.verifier_function, rl.verifier_weight, rl.custom_reward_file,
+                                      math_timeout=rl.verifier_timeout)
+        self.tokenizer = load_tokenizer(actor.tokenizer_name_or_path)
+        self.model_config = load_model_config(actor.model)
+        if actor.compute_dtype:
+            self.model_config = self.model_config.replace(compute_dtype=actor.compute_dtype)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        stops = list(gen.stop_token_ids)
+        if self.tokenizer.eos_token_id is not None:
+            stops.append(self.tokenizer.eos_token_id)
+        stops += self.model_config.eos_token_ids
+        self.sampling = SamplingParams(n=rl.n_samples_per_prompt, max_tokens=gen.max_tokens, min_tokens=gen.min_tokens,
+                                       do_sample=True, temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p,
+                                       repetition_penalty=gen.repetition_penalty,
+                                       stop_token_ids=sorted(set(stops))).validate()
+
+        # ppo_model_train and ppo_model_infer: one network when both layouts are tp=1 on one process,
+        # so the swap after each update costs nothing (see parallel/ for different layouts).
+        self.policy = self._build_policy()
+        self.train_net = self.infer_net = self.policy.net
+        self.ref = self._build_ref()
+        rows = rl.global_batch_size * rl.n_samples_per_prompt
+        self.generator = Generator(self.infer_net, max_batch=gen.micro_batch_size or rows,
+                                   max_prompt_len=gen.max_prompt_length, max_new_tokens=gen.max_tokens,
+                                   pad_id=self.pad_id)
+        self.updater = ActorUpdater(self.train_net, rl, actor, gen.temperature)
+        self.dataset = self._build_dataset()
+        self.step = 0
+        self.draws = 0
+        self._resume()
+        self.logger = MetricsLogger(cfg.logging.log_dir, cfg.logging.jsonl, cfg.logging.tensorboard)
+        self._eval_set = None
+
+    # -- setup ------------------------------------------------------------------------------------
+    def _build_policy(self):
+        from mindrl.models.lm import PretrainedLM, build_network
+        from mindrl.models.weights import load_into
+        from mindrl.trainer import checkpoint as ck
+        actor = self.cfg.actor_config
+        net = build_network(self.model_config, "causal_lm", seed=self.cfg.runtime.seed, init=actor.load is None)
+        if actor.load:
+            path = ck.resolve(actor.load)
+            load_into(net, path)
+            log.info("policy weights loaded from %s", path)
+        return PretrainedLM(net, self.model_config, actor.load)
+
+    def _build_ref(self):
+        from mindrl.models.lm import PretrainedLM, build_network
+        from mindrl.models.weights import load_into
+        from mindrl.trainer import checkpoint as ck
+        rl = self.cfg.rl_config
+        if not (rl.use_kl_in_loss and rl.kl_coef > 0):
+            return None
+        path = self.cfg.ref.ref_model_load_path or self.cfg.actor_config.load
+        if path is None:
+            net = build_network(self.model_config, "causal_lm", seed=self.cfg.runtime.seed)  # same init as policy
+        else:
+            net = build_network(self.model_config, "causal_lm", init=False)
+            load_into(net, ck.resolve(path))
+        net.set_train(False)
+        from mindrl.trainer.actor import ResponseLogProbs
+        self.ref_scorer = ResponseLogProbs(net, self.cfg.generate_config.temperature)
+        return PretrainedLM(net, self.model_config, path)
+
+    def _build_dataset(self):
+        from mindrl.data.reader import PromptDataset
+        d = self.cfg.data
+        return PromptDataset(d.path, batch_size=self.cfg.rl_config.global_batch_size, seed=d.seed, shuffle=d.shuffle,
+                             columns=[d.prompt_key, d.label_key])
+
+    def _resume(self):
+        from mindrl.trainer import checkpoint as ck
+        actor = self.cfg.actor_config
+        if actor.finetune or not actor.load:
+            return
+        directory = ck.resolve(actor.load)
+        state = ck.load_trainer_state(directory)
+        self.step = int(state["step"])
+        self.draws = int(state.get("draws", 0))
+        self.dataset.load_state_dict(state["data"])
+        if not actor.no_load_optim:
+            self.updater.load_optimizer_state(ck.load_optimizer_state(directory), directory)
+        if not actor.no_load_rng and state.get("rng", {}).get("seed") is not None:
+            self.cfg.runtime.seed = int(state["rng"]["seed"])
+        log.info("resumed from %s at step %d (%d samples consumed)", directory, self.step,
+                 self.dataset.consumed_samples)
+
+    # -- data -------------------------------------------------------------------------------------
+    def _next_prompts(self):
+        d = self.cfg.data
+        while True:
+            if getattr(self, "_it", None) is None:
+                self._it = iter(self.dataset)
+            try:
+                batch = next(self._it)
+                break
+            except StopIteration:
+                self._it = None  # next epoch
+        prompts = [list(map(int, p)) for p in batch[d.prompt_key]]
+        too_long = [i for i, p in enumerate(prompts) if len(p) > self.cfg.generate_config.max_prompt_length]
+        if too_long:
+            i = too_long[0]
+            raise ValueError(f"{d.path}: row {int(batch['index'][i])} has a {len(prompts[i])}-token prompt, longer "
+                             f"than generate_config.max_prompt_length={self.cfg.generate_config.max_prompt_length}")
+        return prompts, [str(x) for x in batch[d.label_key]]
+
+    # -- one step ---------------------------------------------------------------------------------
+    def _rollout_and_score(self, timers):
+        """Rollout + rewards, with DAPO dynamic sampling when enabled. Returns a dict of numpy arrays."""
+        from mindrl.algorithms.dapo import dynamic_sampling_keep_mask, overlong_penalty
+        rl, n = self.cfg.rl_config, self.cfg.rl_config.n_samples_per_prompt
+        want = rl.global_batch_size
+        kept, spare, draws = [], [], 0
+        while True:
+            prompts, labels = self._next_prompts()
+            with timers("rollout"):
+                out = self.generator.generate(prompts, self.sampling, seed=_seed(self.cfg.runtime.seed, self.draws))
+            self.draws += 1
+            draws += 1
+            texts = [self.tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
+            seq_labels = [labels[i] for i in out.prompt_index]
+            with timers("rule_reward"):
+                rew = self.rewards(texts, seq_labels)
+            scores = rew.scores.astype(np.float64)
+            if rl.overlong_buffer_len > 0:
+                scores = scores + overlong_penalty(out.lengths, self.sampling.max_tokens,
+                                                   rl.overlong_buffer_len, rl.overlong_penalty_factor)
+            groups = [dict(prompt=prompts[g], tokens=out.tokens[g * n:(g + 1) * n],
+                           log_probs=out.log_probs[g * n:(g + 1) * n], finished=out.finished[g * n:(g + 1) * n],
+                           scores=scores[g * n:(g + 1) * n], rewards=rew.scores[g * n:(g + 1) * n],
+                           per={k: v[g * n:(g + 1) * n] for k, v in rew.per_verifier.items()})
+                      for g in range(len(prompts))]
+            if not rl.dynamic_sampling:
+                kept = groups
+                break
+            keep = dynamic_sampling_keep_mask(scores, n)
+            for g, grp in enumerate(groups):
+                (kept if keep[g * n] else spare).append(grp)
+            if len(kept) >= want or draws >= rl.max_num_gen_batches:
+                break
+        filled = max(0, want - len(kept))
+        kept = (kept + spare[:filled])[:want]  # zero-variance groups only fill a short batch: advantage 0
+        batch = {k: [x for grp in kept for x in grp[k]] for k in ("tokens", "log_probs", "finished")}
+        batch["prompts"] = [grp["prompt"] for grp in kept for _ in range(n)]
+        batch["scores"] = np.concatenate([grp["scores"] for grp in kept])
+        batch["rewards"] = np.concatenate([grp["rewards"] for grp in kept])
+        batch["per"] = {k: np.concatenate([grp["per"][k] for grp in kept]) for k in kept[0]["per"]}
+        batch["dapo"] = {"dapo/gen_batches": draws, "dapo/kept_groups": len(kept) - filled, "dapo/filled_groups": filled}
+        return batch
+
+    def _pack(self, batch):
+        """Prompts left-padded to P, responses right-padded to R: input_ids [N, P+R] and masks."""
+        prompts, tokens = batch["prompts"], batch["tokens"]
+        p = _bucket(max(len(x) for x in prompts))
+        r = _bucket(max(len(t) for t in tokens), 4)
+        n = len(tokens)
+        ids = np.full((n, p + r), self.pad_id, np.int32)
+        attn = np.zeros((n, p + r), np.int32)
+        resp = np.zeros((n, r), np.float32)
+        old = np.zeros((n, r), np.float32)
+        for i, (pr, t, lp) in enumerate(zip(prompts, tokens, batch["log_probs"])):
+            ids[i, p - len(pr):p] = pr
+            attn[i, p - len(pr):p + len(t)] = 1
+            ids[i, p:p + len(t)] = t
+            resp[i, :len(t)] = 1
+            old[i, :len(t)] = lp
+        return ids, attn, resp, old
+
+    def _score(self, scorer, ids, attn, resp):
+        from mindspore import Tensor
+        mb = self.cfg.rl_config.micro_batch_size
+        out = []
+        for s in range(0, len(ids), mb):
+            lp, _ = scorer(Tensor(ids[s:s + mb]), Tensor(attn[s:s + mb]), Tensor(resp[s:s + mb]))
+            out.append(lp.asnumpy())
+        return np.concatenate(out)
+
+    def train_step(self) -> dict:
+        from mindrl.algorithms.advantages import grpo_advantages
+        from mindrl.algorithms.denominators import loss_denominator
+        from mindrl.trainer.optim import lr_at
+        rl, actor, gen = self.cfg.rl_config, self.cfg.actor_config, self.cfg.generate_config
+        n = rl.n_samples_per_prompt
+        timers = Timers()
+        metrics = {}
+        with timers("all"):
+            batch = self._rollout_and_score(timers)
+            adv = grpo_advantages(batch["scores"], n, norm_adv_by_std=rl.norm_adv_by_std)
+            ids, attn, resp, old = self._pack(batch)
+            finished = np.asarray(batch["finished"], bool)
+            if rl.mask_truncated_completions:
+                resp[~finished] = 0.0
+            updates_per_rollout = rl.ppo_epochs * (len(ids) // rl.mini_batch_size)
+            if updates_per_rollout > 1:  # the rollout's log-probs are the old policy only for a single update
+                with timers("old_log_p"):
+                    old = self._score(self.updater.loss_cell.scorer, ids, attn, resp)
+            ref = np.zeros_like(old)
+            if self.ref is not None:
+                with timers("reference_model"):
+                    ref = self._score(self.ref_scorer, ids, attn, resp)
+            adv_tok = (adv[:, None] * resp).astype(np.float32)
+            lr = lr_at(self.step, lr=actor.lr, min_lr=actor.min_lr, warmup=self._warmup(), total=rl.train_iters,
+                       style=actor.lr_decay_style)
+            with timers("update"):
+                upd = self._update(ids, attn, resp, old, adv_tok, ref, lr, loss_denominator)
+            with timers("reshard_to_infer"):
+                self._reshard_to_infer()
+            timers.values.setdefault("timing/reshard_to_train", 0.0)
+        metrics.update(timers.values)
+        for key in ("timing/old_log_p", "timing/reference_model"):
+            metrics.setdefault(key, 0.0)
+        lengths = np.array([len(t) for t in batch["tokens"]], np.float64)
+        plens = np.array([len(p) for p in batch["prompts"]], np.float64)
+        metrics.update(stats("response_length", lengths))
+        metrics["response_length/clip_ratio"] = float(np.mean(~finished & (lengths >= gen.max_tokens)))
+        metrics.update(stats("prompt_length", plens))
+        metrics["grpo/score/mean"] = float(batch["scores"].mean())
+        metrics["grpo/rewards/mean"] = float(batch["rewards"].mean())
+        for name, vals in batch["per"].items():
+            metrics[f"grpo/rewards/{name}/mean"] = float(np.mean(vals))
+        metrics["grpo/advantages/mean"] = float(adv.mean())
+        metrics.update(upd)
+        metrics["actor/lr"] = lr
+        metrics.update(throughput(metrics, rl.global_batch_size, n, world_size=1))
+        if rl.dynamic_sampling:
+            metrics.update(batch["dapo"])
+        self.step += 1
+        return metrics
+
+    def _warmup(self):
+        a = self.cfg.actor_config
+        if a.lr_warmup_fraction:
+            return int(round(a.lr_warmup_fraction * self.cfg.rl_config.train_iters))
+        return a.lr_warmup_iters
+
+    def _update(self, ids, attn, resp, old, adv, ref, lr, loss_denominator):
+        rl = self.cfg.rl_config
+        mini, micro = rl.mini_batch_size, rl.micro_batch_size
+        sums = {k: [] for k in ("pg_loss", "kl_loss", "entropy", "pg_clipfrac", "ppo_kl", "grad_norm")}
+        for epoch in range(rl.ppo_epochs):
+            order = np.random.default_rng(_seed(self.cfg.runtime.seed, self.step, epoch)).permutation(len(ids))
+            if rl.ppo_epochs == 1 and len(ids) == mini:
+                order = np.arange(len(ids))
+            for m0 in range(0, len(ids), mini):
+                rows = order[m0:m0 + mini]
+                denom = loss_denominator(resp[rows], rl.loss_agg_mode)
+                acc = np.zeros(6)
+                for u0 in range(0, len(rows), micro):
+                    r = rows[u0:u0 + micro]
+                    loss, pg, clipfrac, ppo_kl, kl, ent = self.updater.micro_step(ids[r], attn[r], resp[r], old[r],
+                                                                                  adv[r], ref[r], denom)
+                    w = resp[r].sum() / max(resp[rows].sum(), 1.0)  # token share, for the per-token means
+                    acc += [pg, kl, ent, clipfrac * w, ppo_kl * w, 0.0]
+                sums["pg_loss"].append(acc[0])
+                sums["kl_loss"].append(acc[1])
+                sums["entropy"].append(acc[2])
+                sums["pg_clipfrac"].append(acc[3])
+                sums["ppo_kl"].append(acc[4])
+                sums["grad_norm"].append(self.updater.apply(lr))
+        return {f"actor/{k}": float(np.mean(v)) for k, v in sums.items()}
+
+    def _reshard_to_infer(self):
+        """Train weights -> rollout weights. Same network here: nothing to move."""
+        if self.infer_net is not self.train_net:
+            raise NotImplementedError("separate infer/train layouts need mindrl.parallel.reshard")
+
+    # -- evaluation -------------------------------------------------------------------------------
+    def evaluate(self) -> dict:
+        """Greedy decoding on the held-out set; mean of each verifier."""
+        from mindrl.rollout.sampling import SamplingParams
+        ev = self.cfg.eval
+        if not ev.path:
+            return {}
+        if self._eval_set is None:
+            self._eval_set = load_eval_set(ev.path, self.cfg.data.prompt_key, self.cfg.data.label_key, ev.num_samples)
+        prompts, labels = self._eval_set
+        params = SamplingParams(n=1, max_tokens=min(ev.max_tokens, self.generator.max_new_tokens), do_sample=False,
+                                stop_token_ids=self.sampling.stop_token_ids)
+        out = self.generator.generate(prompts, params, seed=0)
+        texts = [self.tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
+        rew = self.rewards(texts, labels)
+        res = {"eval/score/mean": float(rew.scores.mean()), "eval/num_samples": len(prompts)}
+        for name, vals in rew.per_verifier.items():
+            res[f"eval/{name}/mean"] = float(np.mean(vals))
+        return res
+
+    # -- the run ----------------------------------------------------------------------------------
+    def fit(self) -> dict:
+        from tqdm import tqdm
+        rl, actor, lg, ev = self.cfg.rl_config, self.cfg.actor_config, self.cfg.logging, self.cfg.eval
+        os.makedirs(lg.log_dir, exist_ok=True)
+        with open(os.path.join(lg.log_dir, "config.yaml"), "w") as fh:
+            fh.write(self.cfg.to_yaml())
+        summary = {}
+        if ev.path:
+            summary["eval_before"] = self.evaluate()
+            self.logger.log(self.step, summary["eval_before"])
+            print(f"eval before training (step {self.step}): " + _fmt(summary["eval_before"]), flush=True)
+        bar = tqdm(total=rl.train_iters, initial=self.step, desc="grpo", disable=not lg.progress_bar,
+                   file=sys.stderr, dynamic_ncols=True)
+        while self.step < rl.train_iters:
+            metrics = self.train_step()
+            if ev.path and ev.interval and self.step % ev.interval == 0 and self.step < rl.train_iters:
+                metrics.update(self.evaluate())
+            self.logger.log(self.step, metrics)
+            bar.update(1)
+            bar.set_postfix({"score": f"{metrics['grpo/score/mean']:.3f}", "tps": f"{metrics['e2e_tps']:.0f}"})
+            if lg.log_interval and self.step % lg.log_interval == 0:
+                bar.write(summary_line(self.step, metrics))
+            if actor.save and actor.save_interval and self.step % actor.save_interval == 0:
+                self.save()
+            summary["last"] = metrics
+        bar.close()
+        if actor.save and (not actor.save_interval or self.step % actor.save_interval):
+            self.save()
+        if ev.path:
+            summary["eval_after"] = self.evaluate()
+            self.logger.log(self.step, summary["eval_after"])
+            print(f"eval after training (step {self.step}): " + _fmt(summary["eval_after"]), flush=True)
+        self.logger.close()
+        self.rewards.close()
+        return summary
+
+    def save(self) -> str:
+        from mindrl.trainer import checkpoint as ck
+        state = {"step": self.step, "draws": self.draws, "data": self.dataset.state_dict(),
+                 "rng": {"seed": self.cfg.runtime.seed, "sampler": "numpy PCG64 seeded from (seed, draw)"},
+                 "config_fingerprint": self.cfg.fingerprint()}
+        tok_dir = self.cfg.actor_config.tokenizer_name_or_path
+        tok_dir = tok_dir if os.path.isdir(tok_dir) else os.path.dirname(tok_dir)
+        path = ck.save_checkpoint(self.cfg.actor_config.save, self.step, self.policy, self.updater.optimizer_state(),
+                                  state, self.cfg.actor_config.keep_last, tokenizer_dir=tok_dir)
+        log.info("saved checkpoint %s", path)
+        return path
+
+
+def _fmt(metrics: dict) -> str:
+    return ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+
+
+def load_eval_set(path: str, prompt_key: str, label_key: str, limit: Optional[int] = None):
+    """(prompts, labels) from a MindRecord written by `mindrl preprocess`."""
+    import mindspore.dataset as ds
+    data = ds.MindDataset(path, columns_list=[prompt_key, label_key], shuffle=False)
+    prompts, labels = [], []
+    for row in data.create_dict_iterator(output_numpy=True, num_epochs=1):
+        prompts.append([int(x) for x in row[prompt_key]])
+        lab = row[label_key]
+        labels.append(lab.item().decode() if isinstance(lab.item(), bytes) else str(lab.item()))
+        if limit and len(prompts) >= limit:
+            break
+    return prompts, labels

@@ -1,0 +1,99 @@
+"""Step metrics: timers, MindSpeed-RL's formulas, and the three sinks (console bar, JSONL, TensorBoard)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from typing import Dict, Optional
+
+
+class Timers:
+    """``with timers("rollout"): ...`` accumulates seconds under ``timing/rollout`` for this step."""
+
+    def __init__(self):
+        self.values: Dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            key = f"timing/{name}"
+            self.values[key] = self.values.get(key, 0.0) + time.perf_counter() - start
+
+
+def throughput(metrics: dict, global_batch_size: int, n_samples: int, world_size: int) -> dict:
+    """MindSpeed-RL: (response_length_mean + prompt_length_mean) * gbs * n / world_size / time."""
+    tokens = (metrics["response_length/mean"] + metrics["prompt_length/mean"]) * global_batch_size * n_samples
+    tokens /= world_size
+    out = {}
+    for name, timer in (("e2e_tps", "timing/all"), ("update_tps", "timing/update"), ("rollout_tps", "timing/rollout")):
+        t = metrics.get(timer, 0.0)
+        out[name] = tokens / t if t > 0 else 0.0
+    out["vllm_tps"] = out["rollout_tps"]  # MindSpeed-RL's older name for the same number
+    return out
+
+
+class MetricsLogger:
+    """Writes one JSON line per step and TensorBoard scalars; rank 0 only."""
+
+    def __init__(self, log_dir: str, jsonl: bool = True, tensorboard: bool = True, enabled: bool = True):
+        self.enabled = enabled
+        self.log_dir = log_dir
+        self._jsonl = None
+        self._tb = None
+        if not enabled:
+            return
+        os.makedirs(log_dir, exist_ok=True)
+        if jsonl:
+            self._jsonl = open(os.path.join(log_dir, "metrics.jsonl"), "a", buffering=1)
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+            self._tb = SummaryWriter(logdir=os.path.join(log_dir, "tensorboard"))
+
+    def log(self, step: int, metrics: dict):
+        if not self.enabled:
+            return
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps({"step": step, **{k: _plain(v) for k, v in metrics.items()}}) + "\n")
+        if self._tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)):
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+
+    def close(self):
+        if self._jsonl is not None:
+            self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _plain(v):
+    try:
+        return float(v) if not isinstance(v, (str, bool, int)) else v
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def summary_line(step: int, metrics: dict, keys=("grpo/score/mean", "actor/pg_loss", "actor/kl_loss",
+                                                 "response_length/mean", "e2e_tps", "timing/all")) -> str:
+    parts = [f"step {step}"]
+    for k in keys:
+        if k in metrics:
+            parts.append(f"{k}={metrics[k]:.4g}")
+    return "  ".join(parts)
+
+
+def stats(prefix: str, values) -> dict:
+    import numpy as np
+    v = np.asarray(values, np.float64)
+    if v.size == 0:
+        return {}
+    return {f"{prefix}/mean": float(v.mean()), f"{prefix}/min": float(v.min()), f"{prefix}/max": float(v.max())}
+
+
+def maybe(value: Optional[float], default: float = 0.0) -> float:
+    return default if value is None else float(value)

@@ -1,0 +1,190 @@
+"""GRPO trainer end to end on a random tiny policy and the demo task's data."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOKENIZER = os.path.join(ROOT, "examples", "tiny", "tokenizer")
+sys.path.insert(0, os.path.join(ROOT, "examples", "tiny"))
+
+METRICS = ["timing/all", "timing/rollout", "timing/old_log_p", "timing/reference_model", "timing/update",
+           "timing/rule_reward", "timing/reshard_to_train", "timing/reshard_to_infer", "e2e_tps", "update_tps",
+           "rollout_tps", "response_length/mean", "response_length/min", "response_length/max",
+           "response_length/clip_ratio", "prompt_length/mean", "prompt_length/min", "prompt_length/max",
+           "grpo/score/mean", "grpo/rewards/mean", "grpo/rewards/last_number/mean", "grpo/rewards/ones/mean", "actor/pg_loss", "actor/kl_loss",
+           "actor/entropy", "actor/pg_clipfrac", "actor/ppo_kl", "actor/lr", "actor/grad_norm"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A random tiny Qwen2 policy (HF dir) and prompt/held-out MindRecords made with `mindrl preprocess`."""
+    import task
+    from mindrl.data.preprocess import cli_main
+    from mindrl.models.config import ModelConfig
+    from mindrl.models.lm import PretrainedLM, build_network
+    from mindrl.runtime import setup_context
+    d = tmp_path_factory.mktemp("grpo")
+    setup_context("graph")
+    cfg = ModelConfig(model_type="qwen2", vocab_size=192, hidden_size=32, intermediate_size=64, num_layers=1,
+                      num_heads=4, n_kv_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
+                      qkv_bias=True, eos_token_id=2, pad_token_id=0).validate()
+    PretrainedLM(build_network(cfg, seed=3), cfg).save_pretrained(str(d / "policy"))
+    task.write_jsonl(str(d / "train.jsonl"), task.training_ids(256, seed=5))
+    task.write_jsonl(str(d / "heldout.jsonl"), task.heldout_ids()[:16])
+    # a dense reward, so a random policy gets non-zero advantages (and a custom reward file is exercised)
+    (d / "digits.py").write_text(
+        "from mindrl.rewards import register_reward\n\n"
+        "@register_reward('ones')\n"
+        "def ones(response, label):\n"
+        "    return response.count('1') / 6.0\n")
+    for name in ("train", "heldout"):
+        rc = cli_main(["--config", os.path.join(ROOT, "configs", "datasets", "tiny_math.yaml"),
+                       f"input={d / name}.jsonl", f"output_prefix={d / name}", f"tokenizer_name_or_path={TOKENIZER}"])
+        assert rc == 0
+    return d
+
+
+def make_config(workdir, run, **over):
+    from mindrl.config import load_train_config
+    base = {
+        "rl_config.train_iters": 4, "rl_config.global_batch_size": 4, "rl_config.n_samples_per_prompt": 4,
+        "rl_config.mini_batch_size": 16, "rl_config.micro_batch_size": 8, "rl_config.dynamic_sampling": "false",
+        "rl_config.verifier_function": "[last_number,ones]", "rl_config.verifier_weight": "[1.0,1.0]",
+        "rl_config.custom_reward_file": str(workdir / "digits.py"),
+        "actor_config.model": str(workdir / "policy"), "actor_config.load": str(workdir / "policy"),
+        "actor_config.tokenizer_name_or_path": TOKENIZER, "actor_config.lr": 1e-3, "actor_config.lr_warmup_iters": 0,
+        "actor_config.save": str(workdir / run / "ckpt"), "actor_config.save_interval": 2,
+        "data.path": str(workdir / "train.mindrecord"), "eval.path": str(workdir / "heldout.mindrecord"),
+        "eval.interval": 0, "logging.log_dir": str(workdir / run / "logs"), "logging.progress_bar": "false",
+    }
+    base.update(over)
+    return load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"),
+                             [f"{k}={v}" for k, v in base.items()])
+
+
+def run(cfg):
+    from mindrl.trainer.grpo import GRPOTrainer
+    trainer = GRPOTrainer(cfg)
+    trainer.fit()
+    return trainer
+
+
+def read_metrics(path):
+    with open(path) as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_metrics_checkpoints_and_resume_trajectory(workdir):
+    full = run(make_config(workdir, "full"))
+    rows = [r for r in read_metrics(workdir / "full" / "logs" / "metrics.jsonl") if "timing/all" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for name in METRICS:
+        assert all(np.isfinite(r[name]) for r in rows), name
+    assert os.listdir(workdir / "full" / "logs" / "tensorboard")
+    ck = workdir / "full" / "ckpt"
+    assert sorted(os.listdir(ck)) == ["iter_0000002", "iter_0000004", "latest_checkpointed_iteration.txt"]
+
+    # resume from step 2 in a fresh directory: steps 3 and 4 must repeat the uninterrupted run
+    import shutil
+    shutil.copytree(ck / "iter_0000002", workdir / "resume_src" / "iter_0000002")
+    (workdir / "resume_src" / "latest_checkpointed_iteration.txt").write_text("2")
+    resumed = run(make_config(workdir, "resumed", **{"actor_config.finetune": "false",
+                                                     "actor_config.load": str(workdir / "resume_src")}))
+    again = [r for r in read_metrics(workdir / "resumed" / "logs" / "metrics.jsonl") if "timing/all" in r]
+    assert [r["step"] for r in again] == [3, 4]
+    for a, b in zip(rows[2:], again):
+        for key in ("grpo/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy", "response_length/mean"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+    wa, wb = full.policy.state_dict(), resumed.policy.state_dict()
+    assert all(np.allclose(wa[k], wb[k], rtol=1e-5, atol=1e-7) for k in wa)
+
+
+def test_exported_policy_loads_in_transformers(workdir):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from mindrl.models import from_pretrained
+    path = workdir / "full" / "ckpt" / "iter_0000004"
+    ours = from_pretrained(str(path))
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path)).eval()
+    ids = np.array([[5, 9, 143, 150, 10, 144]], np.int32)
+    with torch.no_grad():
+        ref = theirs(torch.tensor(ids, dtype=torch.long)).logits.numpy()
+    assert np.allclose(ours.logits(ids), ref, atol=1e-4)
+
+
+def test_corrupt_checkpoint_is_named(workdir, tmp_path):
+    import shutil
+    from mindrl.models.safetensors_io import CheckpointError
+    from mindrl.trainer import checkpoint as ck
+    bad = tmp_path / "iter_0000002"
+    shutil.copytree(workdir / "full" / "ckpt" / "iter_0000002", bad)
+    with open(bad / "optimizer.safetensors", "r+b") as fh:
+        fh.truncate(100)
+    with pytest.raises(CheckpointError, match=r"optimizer\.safetensors: size 100 differs from the manifest"):
+        ck.load_trainer_state(str(bad))
+
+
+def test_gradient_accumulation_matches_one_big_micro_batch(workdir):
+    """micro_batch 4 x 4 accumulated == one micro-batch of 16: same update (exact denominators)."""
+    from mindrl.trainer.grpo import GRPOTrainer
+    weights = []
+    for micro in (16, 4):
+        cfg = make_config(workdir, f"acc{micro}", **{"rl_config.micro_batch_size": micro,
+                                                     "rl_config.train_iters": 1, "actor_config.save": "null",
+                                                     "actor_config.save_interval": 0, "eval.path": "null"})
+        t = GRPOTrainer(cfg)
+        t.fit()
+        weights.append(t.policy.state_dict())
+    a, b = weights
+    from mindrl.models.weights import TensorSource
+    init = TensorSource(str(workdir / "policy"))
+    assert max(float(np.abs(a[k] - init.get(k)).max()) for k in a) > 1e-4  # the update did something
+    assert max(float(np.abs(a[k] - b[k]).max()) for k in a) < 1e-5
+
+
+def test_single_update_reuses_rollout_log_probs(workdir):
+    from mindrl.trainer.grpo import GRPOTrainer
+    one = GRPOTrainer(make_config(workdir, "one", **{"rl_config.train_iters": 1, "actor_config.save": "null",
+                                                    "actor_config.save_interval": 0, "eval.path": "null"}))
+    m1 = one.train_step()
+    two = GRPOTrainer(make_config(workdir, "two", **{"rl_config.train_iters": 1, "rl_config.mini_batch_size": 8,
+                                                    "actor_config.save": "null", "actor_config.save_interval": 0,
+                                                    "eval.path": "null"}))
+    m2 = two.train_step()
+    assert m1["timing/old_log_p"] == 0.0 and m2["timing/old_log_p"] > 0.0
+    # with the rollout's log-probs as old policy, the first update's ratio is 1 (up to float error)
+    assert m1["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-5)
+    assert m1["actor/pg_clipfrac"] == 0.0
+
+
+def test_pg_loss_at_ratio_one_matches_numpy(workdir):
+    """At ratio 1 the token-mean surrogate is -sum(A * mask) / sum(mask): check one micro-step against numpy."""
+    from mindrl.trainer.grpo import GRPOTrainer
+    t = GRPOTrainer(make_config(workdir, "pg", **{"rl_config.train_iters": 1, "actor_config.save": "null",
+                                                 "actor_config.save_interval": 0, "eval.path": "null"}))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, 150, size=(8, 16)).astype(np.int32)
+    attn = np.ones_like(ids)
+    resp = np.ones((8, 8), np.float32)
+    resp[3, 5:] = 0
+    old = t.policy.log_probs(ids, attn)[:, -8:].astype(np.float64)
+    adv = rng.normal(size=(8, 1)).astype(np.float32) * resp
+    denom = float(resp.sum())
+    loss, pg, clipfrac, ppo_kl, kl, ent = t.updater.micro_step(ids, attn, resp, old, adv, np.zeros_like(old), denom)
+    assert pg == pytest.approx(-(adv.astype(np.float64) * resp).sum() / denom, rel=1e-4, abs=1e-6)
+    assert abs(ppo_kl) < 1e-5
+
+
+def test_config_errors_fail_before_compiling(workdir, tmp_path):
+    cmd = [sys.executable, "-m", "mindrl.cli", "train", "--config", os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"),
+           "rl_config.mini_batch_size=100"]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert "rl_config.mini_batch_size" in res.stderr and "does not divide" in res.stderr
+    res = subprocess.run(cmd[:-1] + ["rl_config.verifier_functon=[acc]"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and "verifier_function" in res.stderr  # did-you-mean suggestion
