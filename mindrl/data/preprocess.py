@@ -1,0 +1,489 @@
+"""`mindrl preprocess`: tokenize json / jsonl / parquet rows into one MindRecord file.
+
+    mindrl preprocess --config configs/datasets/deepscaler.yaml [--strict] [--overwrite] [key=value ...]
+
+The yaml keys follow MindSpeed-RL's data configs (see docs/data.md). Output goes to
+``<output_prefix>.mindrecord`` (+ ``.db`` index). It is written in a temporary directory next to
+the target and moved into place only after a successful commit, so an interrupted run never
+leaves a half-written file under the final name.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+
+import yaml
+
+from .handlers import BadRow, Filtered, HandlerContext, get_handler
+from .templates import get_template
+from .tokenizer import load_tokenizer
+
+__all__ = ["PreprocessError", "PreprocessSummary", "load_config", "preprocess", "cli_main", "DEFAULTS"]
+
+logger = logging.getLogger("mindrl.data.preprocess")
+
+# Every key we understand, with its default. None = required (input, tokenizer_name_or_path,
+# output_prefix) or "not set".
+DEFAULTS = {
+    "input": None,
+    "tokenizer_type": None,            # None: auto-detect; MindSpeed's "HuggingFaceTokenizer" / "SentencePiece"
+    "tokenizer_name_or_path": None,
+    "vocab_file": None,                # vocab.json, when the tokenizer is vocab + merges in other places
+    "merge_file": None,
+    "output_prefix": None,
+    "handler_name": "R1AlpacaStyleInstructionHandler",
+    "prompt_type": "empty",
+    "prompt_type_path": None,          # another templates.json
+    "enable_thinking": None,           # Qwen3: False renders the empty think block
+    "map_keys": None,
+    "dataset_additional_keys": [],
+    "max_prompt_length": None,
+    "seq_length": None,
+    "append_eod": False,
+    "pad_to_max_length": False,
+    "pad_token_id": None,              # padding id for pad_to_max_length; None: the tokenizer's pad
+    "workers": 1,
+    "log_interval": 100,
+    "seed": 1234,                      # accepted for MindSpeed-RL configs; preprocessing never shuffles
+}
+# MindSpeed-RL keys with no meaning here. Accepted so existing configs run; a warning names them.
+IGNORED = {"streaming", "json_keys", "split_sentences", "keep_newlines", "mm_dataset_additional_keys",
+           "interleave_probs", "overwrite_cache", "cache_dir", "pack", "neat_pack", "script_data_dir",
+           "tokenizer_not_use_fast", "make_vocab_size_divisible_by", "pad_vocab_size_to",
+           "placeholder_token", "reward_tokens", "dataset_impl", "n_subs", "merge_group_keys"}
+INPUT_SUFFIXES = (".jsonl", ".json", ".parquet")
+CHUNK_ROWS = 256          # rows per task sent to a worker process
+WRITE_ROWS = 1000         # rows per FileWriter.write_raw_data call
+MAX_LOGGED_BAD_ROWS = 100
+
+
+class PreprocessError(RuntimeError):
+    """A configuration or data error, reported without a traceback by the CLI."""
+
+
+@dataclass
+class PreprocessSummary:
+    output: str
+    read: int = 0
+    written: int = 0
+    skipped: dict = field(default_factory=collections.Counter)   # reason -> rows
+    seconds: float = 0.0
+    worker_pids: set = field(default_factory=set)                 # processes that tokenized
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+
+# ---------------------------------------------------------------------------------------- config
+def _parse_override(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise PreprocessError(f"override {text!r} must look like key=value")
+    key, value = text.split("=", 1)
+    return key.strip(), yaml.safe_load(value) if value.strip() else ""
+
+
+def load_config(path: str | None, overrides: list[str] = (), extra: dict | None = None) -> dict:
+    """yaml file + ``key=value`` overrides (``map_keys.prompt=question`` sets a nested key)."""
+    raw = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw = yaml.safe_load(f) or {}
+        except FileNotFoundError:
+            raise PreprocessError(f"{path}: config file not found") from None
+        except yaml.YAMLError as e:
+            raise PreprocessError(f"{path}: invalid yaml ({e})") from None
+        if not isinstance(raw, dict):
+            raise PreprocessError(f"{path}: expected a mapping of keys to values")
+    raw.update(extra or {})
+    for text in overrides:
+        key, value = _parse_override(text)
+        if "." in key:
+            head, sub = key.split(".", 1)
+            raw.setdefault(head, {})
+            if not isinstance(raw[head], dict):
+                raise PreprocessError(f"override {text!r}: {head} is not a mapping")
+            raw[head] = dict(raw[head], **{sub: value})
+        else:
+            raw[key] = value
+    where = f" in {path}" if path else ""
+    unknown = sorted(set(raw) - set(DEFAULTS) - IGNORED)
+    if unknown:
+        raise PreprocessError(f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+                              f"{where}; known keys: {', '.join(DEFAULTS)}")
+    ignored = sorted(k for k in set(raw) & IGNORED)
+    if ignored:
+        logger.warning("ignoring MindSpeed-RL key(s) with no effect in mindrl: %s", ", ".join(ignored))
+    config = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
+    _validate(config, where)
+    return config
+
+
+def _validate(cfg: dict, where: str):
+    for key in ("input", "output_prefix"):
+        if not cfg[key]:
+            raise PreprocessError(f"{key} is required{where}")
+    if not cfg["tokenizer_name_or_path"] and not cfg["vocab_file"]:
+        raise PreprocessError(f"tokenizer_name_or_path is required{where}")
+
+    def check_int(key, minimum):
+        value = cfg[key]
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise PreprocessError(f"{key} must be an integer >= {minimum}, got {value!r}{where}")
+
+    check_int("workers", 1)
+    check_int("log_interval", 1)
+    check_int("max_prompt_length", 1)
+    check_int("seq_length", 1)
+    check_int("seed", 0)
+    check_int("pad_token_id", 0)
+    if cfg["map_keys"] is not None and not isinstance(cfg["map_keys"], dict):
+        raise PreprocessError(f"map_keys must be a mapping like {{prompt: problem, response: answer}}{where}")
+    for role, key in (cfg["map_keys"] or {}).items():
+        if key is not None and not isinstance(key, str):
+            raise PreprocessError(f"map_keys.{role} must be a string key, got {key!r}{where}")
+    keys = cfg["dataset_additional_keys"]
+    if isinstance(keys, str):
+        cfg["dataset_additional_keys"] = keys = [keys]
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise PreprocessError(f"dataset_additional_keys must be a list of key names{where}")
+    for key in ("append_eod", "pad_to_max_length"):
+        if not isinstance(cfg[key], bool):
+            raise PreprocessError(f"{key} must be true or false{where}")
+    if cfg["pad_to_max_length"] and not (cfg["max_prompt_length"] and cfg["seq_length"]):
+        raise PreprocessError(f"pad_to_max_length needs max_prompt_length and seq_length{where}")
+    if cfg["enable_thinking"] is not None and not isinstance(cfg["enable_thinking"], bool):
+        raise PreprocessError(f"enable_thinking must be true, false or null{where}")
+    try:
+        get_handler(cfg["handler_name"])
+        get_template(cfg["prompt_type"], cfg["prompt_type_path"])
+    except ValueError as e:
+        raise PreprocessError(f"{e}{where}") from None
+
+
+def output_path(cfg: dict) -> str:
+    prefix = str(cfg["output_prefix"])
+    return prefix if prefix.endswith(".mindrecord") else prefix + ".mindrecord"
+
+
+# ------------------------------------------------------------------------------ worker-side code
+_CTX = None      # (handler, strict) in each worker process
+
+
+def _build_handler(cfg: dict):
+    if cfg["vocab_file"]:
+        tokenizer = load_tokenizer(cfg["vocab_file"], "bpe", merges_file=cfg["merge_file"])
+    else:
+        tokenizer = load_tokenizer(cfg["tokenizer_name_or_path"], cfg["tokenizer_type"])
+    ctx = HandlerContext(
+        tokenizer=tokenizer, template=get_template(cfg["prompt_type"], cfg["prompt_type_path"]),
+        map_keys=cfg["map_keys"] or {}, additional_keys=list(cfg["dataset_additional_keys"]),
+        max_prompt_length=cfg["max_prompt_length"], seq_length=cfg["seq_length"],
+        append_eod=cfg["append_eod"], pad_to_max_length=cfg["pad_to_max_length"],
+        pad_token_id=cfg["pad_token_id"], enable_thinking=cfg["enable_thinking"])
+    if cfg["append_eod"] and tokenizer.eos_token_id is None:
+        raise PreprocessError(f"append_eod is set but {tokenizer.path} has no eos token")
+    if cfg["pad_to_max_length"] and cfg["pad_token_id"] is None and tokenizer.pad_token_id is None:
+        raise PreprocessError(f"pad_to_max_length is set but {tokenizer.path} has no pad token; set pad_token_id")
+    return get_handler(cfg["handler_name"])(ctx)
+
+
+def _init_worker(cfg: dict, barrier=None):
+    """Build the handler in this process; ``barrier`` is given in pool workers only."""
+    global _CTX
+    if barrier is not None:
+        # Tokenizers' own thread pool would fight the worker processes for the same cores.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _CTX = _build_handler(cfg)
+    if barrier is not None:
+        # Start together: otherwise the first worker up can drain a small input alone.
+        barrier.wait(timeout=300)
+
+
+def _process_chunk(items: list) -> tuple[int, list]:
+    """items: (source, line, raw) where raw is a json line (str) or an already parsed row.
+    Returns (pid, results) with results in order: ("ok", fields) or
+    ("bad"/"filtered", source, line, reason, detail)."""
+    handler = _CTX
+    out = []
+    for source, line, raw in items:
+        try:
+            if isinstance(raw, str):
+                try:
+                    raw = json.loads(raw)
+                except json.JSONDecodeError as e:
+                    raise BadRow("malformed_json", str(e)) from None
+            if not isinstance(raw, dict):
+                raise BadRow("not_an_object", f"row is {type(raw).__name__}, expected a JSON object")
+            out.append(("ok", handler(raw)))
+        except Filtered as e:
+            out.append(("filtered", source, line, e.reason, e.detail))
+        except BadRow as e:
+            out.append(("bad", source, line, e.reason, e.detail))
+    return os.getpid(), out
+
+
+# ------------------------------------------------------------------------------------ reading
+def input_files(path: str) -> list[str]:
+    if os.path.isdir(path):
+        files = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(INPUT_SUFFIXES))
+        if not files:
+            raise PreprocessError(f"{path}: no {', '.join(INPUT_SUFFIXES)} files in this directory")
+        return files
+    if not os.path.isfile(path):
+        raise PreprocessError(f"{path}: input file or directory not found")
+    if not path.endswith(INPUT_SUFFIXES):
+        raise PreprocessError(f"{path}: unsupported input type; use {', '.join(INPUT_SUFFIXES)}")
+    return [path]
+
+
+def _count_rows(path: str) -> int | None:
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+        return pq.ParquetFile(path).metadata.num_rows
+    return None
+
+
+def iter_rows(path: str):
+    """Yield (path, line_or_record_number, raw) for one input file. For .jsonl the number is the
+    line; for .json lists and .parquet it is the 1-based record index."""
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+        try:
+            pf = pq.ParquetFile(path)
+        except Exception as e:
+            raise PreprocessError(f"{path}: cannot read parquet ({e})") from None
+        n = 0
+        for batch in pf.iter_batches(batch_size=1024):
+            for row in batch.to_pylist():
+                n += 1
+                yield path, n, row
+        return
+    if path.endswith(".json"):
+        with open(path, encoding="utf-8") as f:
+            head = f.read(1)
+            while head and head.isspace():
+                head = f.read(1)
+        if head == "[":
+            try:
+                with open(path, encoding="utf-8") as f:
+                    rows = json.load(f)
+            except json.JSONDecodeError as e:
+                raise PreprocessError(f"{path}:{e.lineno}: invalid JSON array ({e.msg})") from None
+            for i, row in enumerate(rows, 1):
+                yield path, i, row
+            return
+        # otherwise a .json file holding JSON lines (common for DeepScaleR mirrors)
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                yield path, lineno, line
+
+
+def _chunks(files: list[str], size: int):
+    chunk = []
+    for path in files:
+        for item in iter_rows(path):
+            chunk.append(item)
+            if len(chunk) >= size:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def _results(cfg: dict, files: list[str]):
+    """Processed chunks in input order; with workers > 1 tokenization runs in a process pool."""
+    if cfg["workers"] == 1:
+        _init_worker(cfg)
+        for chunk in _chunks(files, CHUNK_ROWS):
+            yield len(chunk), _process_chunk(chunk)
+        return
+    # spawn: the parent may already hold mindspore/tokenizers threads, which fork would copy badly.
+    mp = multiprocessing.get_context("spawn")
+    barrier = mp.Barrier(cfg["workers"])
+    with mp.Pool(cfg["workers"], initializer=_init_worker, initargs=(cfg, barrier)) as pool:
+        pending = collections.deque()
+        window = cfg["workers"] * 4       # bounded, so a huge input is never queued all at once
+        for chunk in _chunks(files, CHUNK_ROWS):
+            pending.append((len(chunk), pool.apply_async(_process_chunk, (chunk,))))
+            if len(pending) >= window:
+                n, result = pending.popleft()
+                yield n, result.get()
+        while pending:
+            n, result = pending.popleft()
+            yield n, result.get()
+
+
+# ------------------------------------------------------------------------------------ writing
+def _check_output(out: str, overwrite: bool):
+    existing = [p for p in (out, out + ".db") if os.path.exists(p)]
+    if existing and not overwrite:
+        raise PreprocessError(f"{existing[0]} already exists; pass --overwrite to replace it")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+
+
+class _AtomicMindRecord:
+    """A FileWriter whose output appears under its final name only after :meth:`commit`.
+
+    MindRecord stores its own file name, so the file cannot be renamed once written. It is written
+    under the final base name inside a private directory next to the target, then moved.
+    """
+
+    def __init__(self, out: str, schema: dict):
+        from mindspore.mindrecord import FileWriter   # heavy import, only when we really write
+
+        self.out = out
+        directory, self.base = os.path.split(os.path.abspath(out))
+        self.tmp_dir = os.path.join(directory, f".{self.base}.tmp-{os.getpid()}")
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        os.makedirs(self.tmp_dir)
+        self.writer = FileWriter(os.path.join(self.tmp_dir, self.base), shard_num=1, overwrite=True)
+        # The defaults (16 MB header + 32 MB pages) make even a 10-row file 50 MB.
+        self.writer.set_header_size(1 << 22)
+        self.writer.set_page_size(1 << 22)
+        self.writer.add_schema(schema, "mindrl")
+
+    def write(self, rows: list):
+        n = len(rows)
+        self.writer.write_raw_data(rows)
+        # FileWriter drops rows that fail its schema check with only a warning; refuse that.
+        if len(rows) != n:
+            raise PreprocessError(f"MindRecord writer rejected {n - len(rows)} rows (schema mismatch)")
+
+    def commit(self):
+        self.writer.commit()
+        # A .mindrecord under the final name means a finished job, so it goes last; the old one
+        # goes first, so an old file never sits next to a new index.
+        if os.path.exists(self.out):
+            os.remove(self.out)
+        os.replace(os.path.join(self.tmp_dir, self.base + ".db"), self.out + ".db")
+        os.replace(os.path.join(self.tmp_dir, self.base), self.out)
+
+    def discard(self):
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+
+class _Progress:
+    """tqdm bar, periodic log lines with rows/s, and the log of skipped rows."""
+
+    def __init__(self, summary: PreprocessSummary, log_interval: int, total: int | None):
+        from tqdm import tqdm
+
+        self.summary, self.log_interval = summary, log_interval
+        self.start = time.time()
+        self.logged_bad = 0
+        self.bar = tqdm(total=total, unit="rows", desc="preprocess", disable=None, file=sys.stderr)
+
+    def skipped(self, source, line, reason, detail):
+        self.summary.skipped[reason] += 1
+        if self.logged_bad < MAX_LOGGED_BAD_ROWS:
+            logger.warning("skipped %s:%s: %s%s", source, line, reason, f" ({detail})" if detail else "")
+            self.logged_bad += 1
+            if self.logged_bad == MAX_LOGGED_BAD_ROWS:
+                logger.warning("further skipped rows are only counted, not logged one by one")
+
+    def read(self, n: int, pending: int):
+        s = self.summary
+        before, s.read = s.read, s.read + n
+        self.bar.update(n)
+        if s.read // self.log_interval != before // self.log_interval:
+            logger.info("read %d rows, written %d, skipped %d, %.0f rows/s", s.read, s.written + pending,
+                        s.skipped_total, s.read / max(time.time() - self.start, 1e-9))
+
+    def close(self):
+        self.bar.close()
+        self.summary.seconds = time.time() - self.start
+
+
+def preprocess(cfg: dict, strict: bool = False, overwrite: bool = False) -> PreprocessSummary:
+    """Run one preprocessing job described by a validated config (see :func:`load_config`)."""
+    files = input_files(str(cfg["input"]))
+    out = output_path(cfg)
+    _check_output(out, overwrite)
+    schema = _build_handler(cfg).schema()     # fails fast on a bad tokenizer or template
+    summary = PreprocessSummary(output=out)
+    output = _AtomicMindRecord(out, schema)
+    progress = _Progress(summary, cfg["log_interval"], _count_rows(files[0]) if len(files) == 1 else None)
+    results = _results(cfg, files)
+    try:
+        buffer = []
+        for n_items, (pid, chunk) in results:
+            summary.worker_pids.add(pid)
+            for result in chunk:
+                if result[0] == "ok":
+                    buffer.append(result[1])
+                    continue
+                kind, source, line, reason, detail = result
+                if kind == "bad" and strict:
+                    raise PreprocessError(f"{source}:{line}: {reason}: {detail}")
+                progress.skipped(source, line, reason, detail)
+            if len(buffer) >= WRITE_ROWS:
+                output.write(buffer)
+                summary.written += len(buffer)
+                buffer = []
+            progress.read(n_items, len(buffer))
+        if buffer:
+            output.write(buffer)
+            summary.written += len(buffer)
+        if summary.written == 0:
+            raise PreprocessError(f"no rows written from {cfg['input']} "
+                                  f"(read {summary.read}, skipped {dict(summary.skipped)})")
+        output.commit()
+    finally:
+        results.close()              # stops a worker pool at once on errors
+        output.discard()
+        progress.close()
+    reasons = ", ".join(f"{k}={v}" for k, v in sorted(summary.skipped.items())) or "none"
+    logger.info("done: read %d rows from %d file(s), wrote %d to %s, skipped %d (%s) in %.1fs (%.0f rows/s)",
+                summary.read, len(files), summary.written, out, summary.skipped_total, reasons,
+                summary.seconds, summary.read / max(summary.seconds, 1e-9))
+    return summary
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mindrl preprocess",
+        description="Tokenize json/jsonl/parquet rows with a chat template into a MindRecord file.",
+        epilog="Example: mindrl preprocess --config configs/datasets/deepscaler.yaml workers=2 "
+               "map_keys.prompt=problem")
+    p.add_argument("--config", required=True, help="yaml file (configs/datasets/<name>.yaml)")
+    p.add_argument("--strict", action="store_true", help="stop at the first bad row (file:line) instead of skipping it")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="override yaml keys, e.g. workers=2")
+    return p
+
+
+def cli_main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if not logging.getLogger().handlers and not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    try:
+        cfg = load_config(args.config, args.overrides)
+        summary = preprocess(cfg, strict=args.strict, overwrite=args.overwrite)
+    except (PreprocessError, ValueError, OSError) as e:
+        print(f"mindrl preprocess: error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {summary.written} rows to {summary.output} "
+          f"(read {summary.read}, skipped {summary.skipped_total})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())
