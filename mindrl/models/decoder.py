@@ -121,9 +121,12 @@ class Attention(nn.Cell):
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, pdt)
         self.bmm_t = ops.BatchMatMul(transpose_b=True)
         self.bmm = ops.BatchMatMul()
+        self.copy = tp.copy_region()
 
     def _qkv(self, x, cos, sin):
-        """Project and rotate: q [B,S,H,d], k/v [B,S,KV,d]."""
+        """Project and rotate: q [B,S,H,d], k/v [B,S,KV,d] (local heads under tensor parallelism)."""
+        if self.copy is not None:
+            x = self.copy(x)
         b, s, _ = x.shape
         q = self.q_proj(x).reshape(b, s, self.n_heads, self.head_dim)
         k = self.k_proj(x).reshape(b, s, self.n_kv, self.head_dim)
@@ -182,8 +185,11 @@ class MLP(nn.Cell):
         self.gate_proj = ColumnLinear(cfg.hidden_size, cfg.intermediate_size, False, seed=seed + 5, **kw)
         self.up_proj = ColumnLinear(cfg.hidden_size, cfg.intermediate_size, False, seed=seed + 6, **kw)
         self.down_proj = RowLinear(cfg.intermediate_size, cfg.hidden_size, False, seed=seed + 7, **kw)
+        self.copy = tp.copy_region()
 
     def construct(self, x):
+        if self.copy is not None:
+            x = self.copy(x)
         return self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -262,9 +268,16 @@ class CausalLM(nn.Cell):
                                         self.model.compute_dtype, resolve_param_dtype(cfg), cfg.initializer_range,
                                         seed + 9)
         self.matmul_t = ops.MatMul(transpose_b=True)
+        self.copy = tp.copy_region()
+        self.gather_vocab = None
+        if tp.size > 1:
+            from mindrl.parallel.comm import GatherLastAxis
+            self.gather_vocab = GatherLastAxis(tp.group, tp.rank, tp.size)
 
     def head(self, h):
-        """Hidden [.., H] -> logits [.., V_local] in float32."""
+        """Hidden [.., H] -> logits [.., V_local] in float32 (this rank's vocabulary slice under TP)."""
+        if self.copy is not None:
+            h = self.copy(h)
         if self.tied:
             shape = h.shape
             w = self.model.embed_tokens.weight.astype(h.dtype)
@@ -273,8 +286,15 @@ class CausalLM(nn.Cell):
             logits = self.lm_head(h)
         return logits.astype(ms.float32)
 
+    def full_logits(self, h):
+        """Logits over the whole vocabulary (gathered across tensor-parallel ranks, no gradient)."""
+        logits = self.head(h)
+        if self.gather_vocab is not None:
+            logits = self.gather_vocab(logits)
+        return logits
+
     def construct(self, input_ids, attention_mask):
-        return self.head(self.model(input_ids, attention_mask))
+        return self.full_logits(self.model(input_ids, attention_mask))
 
     # -- KV-cache path (driven by mindrl.rollout.kv_cache) -------------------------------------
     def prefill(self, input_ids, attention_mask, k_caches, v_caches, rows):
@@ -292,7 +312,7 @@ class CausalLM(nn.Cell):
         for i, layer in enumerate(bb.layers):
             h = layer.prefill(h, cos, sin, add_mask, k_caches[i], v_caches[i], rows)
         h = bb.norm(h[:, s - 1:s, :])
-        return self.head(h).squeeze(1)
+        return self.full_logits(h).squeeze(1)
 
     def decode(self, tokens, pos, start, k_caches, v_caches):
         """tokens [b] at cache slot `pos` (0-d int32); `start` [b] = first real slot of each row."""
@@ -313,4 +333,4 @@ class CausalLM(nn.Cell):
         h = bb._embed(tokens.reshape(b, 1))
         for i, layer in enumerate(bb.layers):
             h = layer.decode(h, cos, sin, add_mask, k_caches[i], v_caches[i], write_idx)
-        return self.head(bb.norm(h)).squeeze(1)
+        return self.full_logits(bb.norm(h)).squeeze(1)

@@ -59,3 +59,38 @@ def score_sequences(cell: LogProbCell, input_ids: np.ndarray, attention_mask: np
         out_lp.append(lp.asnumpy()[:n])
         out_ent.append(ent.asnumpy()[:n])
     return np.concatenate(out_lp), np.concatenate(out_ent)
+
+
+class LogProbsAndEntropy(nn.Cell):
+    """log p(target) and entropy from logits that may be split over the vocabulary across tp ranks.
+
+    At tp=1 this is the plain formula. Under tensor parallelism each rank holds logits[..., V/tp]; the
+    full softmax is never formed: a max (stop-gradient, gathered as padded all-reduce since AllReduce(MAX)
+    has no CPU kernel), the partition sum, the target logit and E_p[z] are each all-reduced with an
+    identity backward, which gives every shard exactly its own gradient.
+    """
+
+    def __init__(self, tp):
+        super().__init__(auto_prefix=False)
+        self.tp = tp
+        self.reduce = tp.reduce_region()
+        self.gather = None
+        if tp.size > 1:
+            from mindrl.parallel.comm import GatherLastAxis
+            self.gather = GatherLastAxis(tp.group, tp.rank, tp.size)
+
+    def construct(self, logits, targets):
+        if self.reduce is None:
+            return token_log_probs(logits, targets), token_entropy(logits)
+        local_v = logits.shape[-1]
+        m = ops.stop_gradient(self.gather(logits.max(-1, keepdims=True)).max(-1, keepdims=True))
+        e = ops.exp(logits - m)
+        total = self.reduce(e.sum(-1))
+        lse = m.squeeze(-1) + ops.log(total)
+        local = targets - self.tp.rank * local_v
+        inside = ops.logical_and(local >= 0, local < local_v)
+        local = ops.select(inside, local, ops.zeros_like(local))
+        picked = ops.gather_elements(logits, -1, ops.expand_dims(local, -1)).squeeze(-1)
+        picked = self.reduce(picked * inside.astype(picked.dtype))
+        mean_z = self.reduce((e * logits).sum(-1)) / total
+        return picked - lse, lse - mean_z

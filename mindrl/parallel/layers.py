@@ -2,9 +2,10 @@
 
 With ``tp.size == 1`` these are plain layers and build no collective at all (a graph with a
 collective but no ``init()`` segfaults on CPU). With ``tp.size > 1``:
-- ColumnLinear holds rows [rank*out/tp, (rank+1)*out/tp) of the HF weight [out, in]; no communication.
-- RowLinear holds columns [rank*in/tp, ...) and sums partial outputs with an AllReduce (which has a
-  CPU gradient). The bias is added once, after the sum.
+- ColumnLinear holds rows [rank*out/tp, (rank+1)*out/tp) of the HF weight [out, in]; its input enters
+  through ``tp.copy_region()`` (placed once per block by the model), whose backward sums the ranks' gradients.
+- RowLinear holds columns [rank*in/tp, ...) and sums partial outputs with ``tp.reduce_region()``
+  (all-reduce forward, identity backward). The bias is added once, after the sum.
 - VocabEmbedding holds a vocab slice; ids outside it look up row 0, are zeroed, then AllReduce sums.
 
 Parameter names follow Hugging Face (``weight``, ``bias``), so weight mapping is a slice, not a rename.
@@ -26,11 +27,19 @@ class TPContext:
     rank: int = 0
     group: Optional[str] = None  # communication group name; None on a single process
 
-    def all_reduce(self):
-        """An AllReduce(sum) primitive over the group, or None when there is nothing to reduce."""
+    def reduce_region(self):
+        """Forward all-reduce / backward identity over the group; None at tp=1 (no collective built)."""
         if self.size == 1:
             return None
-        return ops.AllReduce(op=ops.ReduceOp.SUM, group=self.group)
+        from mindrl.parallel.comm import ReduceFromTP
+        return ReduceFromTP(self.group)
+
+    def copy_region(self):
+        """Forward identity / backward all-reduce; None at tp=1."""
+        if self.size == 1:
+            return None
+        from mindrl.parallel.comm import CopyToTP
+        return CopyToTP(self.group)
 
 
 SINGLE = TPContext()
@@ -115,7 +124,7 @@ class RowLinear(_Linear):
             raise ValueError(f"in_features={in_features} not divisible by tensor parallel size {tp.size}")
         super().__init__(in_features // tp.size, out_features, bias, compute_dtype, param_dtype, std, seed)
         self.tp = tp
-        self.reduce = tp.all_reduce()
+        self.reduce = tp.reduce_region()
 
     def construct(self, x):
         y = self._project(x)
@@ -135,7 +144,8 @@ class VocabEmbedding(nn.Cell):
         self.start = tp.rank * self.local_vocab
         self.weight = Parameter(_init_normal((self.local_vocab, hidden_size), std, _param_dtype(param_dtype), seed),
                                 name="weight")
-        self.reduce = tp.all_reduce()
+        self.tp = tp
+        self.reduce = tp.reduce_region()
         self.gather = ops.Gather()
 
     def construct(self, input_ids):

@@ -10,7 +10,7 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 from mindrl.algorithms.losses import ActorLoss
-from mindrl.models.scoring import token_entropy, token_log_probs
+from mindrl.models.scoring import LogProbsAndEntropy
 from mindrl.trainer.optim import AdamW, zeros_like_params
 
 
@@ -20,10 +20,11 @@ class ResponseLogProbs(nn.Cell):
     Only the response positions go through the LM head: the prompt's logits are never formed.
     """
 
-    def __init__(self, lm, temperature: float, response_len_from=None):
+    def __init__(self, lm, temperature: float):
         super().__init__(auto_prefix=False)
         self.lm = lm
         self.inv_t = 1.0 / float(temperature)
+        self.stats = LogProbsAndEntropy(lm.tp)
 
     def construct(self, input_ids, attention_mask, response_mask):
         r = response_mask.shape[1]
@@ -32,7 +33,7 @@ class ResponseLogProbs(nn.Cell):
         logits = self.lm.head(h)
         if self.inv_t != 1.0:
             logits = logits * self.inv_t
-        return token_log_probs(logits, input_ids[:, p:]), token_entropy(logits)
+        return self.stats(logits, input_ids[:, p:])
 
 
 class ActorLossCell(nn.Cell):

@@ -1,0 +1,123 @@
+"""Train layout -> infer layout, in place, every step: no file, no new storage for the infer weights.
+
+The plan is computed once from the two layouts and replayed as one compiled graph. Per parameter it
+moves the fewest bytes the platform allows:
+- same object (both layouts tp=1 on one net): nothing at all;
+- the train rank already holds what the infer rank needs (train tp=1, or the same shard): a local
+  slice and copy, no communication;
+- otherwise: gather the train shards over the train tp group (padded all-reduce), then slice.
+Each infer Parameter is written with ``ops.assign``, which keeps its storage.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import mindspore as ms
+from mindspore import nn, ops
+
+from mindrl.parallel.comm import GatherAxis
+from mindrl.parallel.layout import split_axes
+
+
+def _slice(x, axis, size, rank):
+    if axis is None or size == 1:
+        return x
+    n = x.shape[axis] // size
+    begin = [0] * len(x.shape)
+    end = list(x.shape)
+    begin[axis] = rank * n
+    end[axis] = (rank + 1) * n
+    return ops.strided_slice(x, tuple(begin), tuple(end), (1,) * len(x.shape))
+
+
+class _Copy(nn.Cell):
+    def __init__(self, items, gathers):
+        super().__init__(auto_prefix=False)
+        self.items = items            # (src index, dst index, gather index or -1, dst axis, dst size, dst rank)
+        self.src = ms.ParameterTuple([s for s, _ in items["params"]])
+        self.dst = ms.ParameterTuple([d for _, d in items["params"]])
+        self.plan = items["plan"]
+        self.gathers = nn.CellList(gathers)
+
+    def construct(self):
+        done = ()
+        for i in range(len(self.plan)):
+            g, axis, size, rank = self.plan[i]
+            x = self.src[i]
+            if g >= 0:
+                x = self.gathers[g](x)
+            done = done + (ops.assign(self.dst[i], _slice(x, axis, size, rank)),)
+        return len(done)
+
+
+class Resharder:
+    """Copies ``train_net``'s parameters into ``infer_net`` (built with another tp layout)."""
+
+    def __init__(self, train_net, infer_net, train_tp, infer_tp):
+        self.noop = train_net is infer_net
+        if self.noop:
+            return
+        t_axes, i_axes = split_axes(train_net), split_axes(infer_net)
+        t_params = dict(train_net.parameters_and_names())
+        i_params = dict(infer_net.parameters_and_names())
+        if set(t_params) != set(i_params):
+            missing = sorted(set(t_params) ^ set(i_params))[:3]
+            raise ValueError(f"train and infer models differ in parameters, e.g. {missing}")
+        params, plan, gathers = [], [], []
+        self.bytes_moved = 0
+        for name in sorted(t_params):
+            ta, ia = t_axes[name], i_axes[name]
+            src, dst = t_params[name], i_params[name]
+            g = -1
+            if ta is not None and train_tp.size > 1:
+                same_shard = ia == ta and infer_tp.size == train_tp.size and infer_tp.rank == train_tp.rank
+                if same_shard:
+                    ia = None  # already the right piece
+                else:
+                    gathers.append(GatherAxis(train_tp.group, train_tp.rank, train_tp.size, ta, len(src.shape)))
+                    g = len(gathers) - 1
+                    self.bytes_moved += src.size * 4 * (train_tp.size - 1)
+            params.append((src, dst))
+            plan.append((g, ia, infer_tp.size if ia is not None else 1, infer_tp.rank))
+        self.cell = _Copy({"params": params, "plan": tuple(plan)}, gathers)
+
+    def __call__(self):
+        if not self.noop:
+            self.cell()
+
+
+def rename_parameters(net, prefix: str):
+    """Give ``net``'s Parameters unique names (``prefix.<name>``) so two copies of a model can share a graph.
+
+    Weight I/O uses names relative to the network (``parameters_and_names``), which this does not change.
+    """
+    for name, p in net.parameters_and_names():
+        p.name = f"{prefix}.{name}"
+
+
+class _GatherAll(nn.Cell):
+    def __init__(self, params, gathers):
+        super().__init__(auto_prefix=False)
+        self.params = ms.ParameterTuple(params)
+        self.gathers = nn.CellList(gathers)
+
+    def construct(self):
+        out = ()
+        for i in range(len(self.params)):
+            out = out + (self.gathers[i](self.params[i]),)
+        return out
+
+
+def gather_full_state(named: Dict[str, "ms.Parameter"], axes: Dict[str, Optional[int]], tp) -> Dict[str, "object"]:
+    """Full (unsharded) numpy tensors of tensor-parallel parameters; every rank of the tp group gets them.
+
+    ``axes`` maps each name to its split axis (None = replicated). A collective: every tp rank must call it.
+    """
+    full = {name: p.asnumpy() for name, p in named.items() if axes.get(name) is None or tp.size == 1}
+    sharded = [name for name in sorted(named) if name not in full]
+    if sharded:
+        cell = _GatherAll([named[n] for n in sharded],
+                          [GatherAxis(tp.group, tp.rank, tp.size, axes[n], len(named[n].shape)) for n in sharded])
+        for name, value in zip(sharded, cell()):
+            full[name] = value.asnumpy()
+    return full
