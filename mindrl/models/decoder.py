@@ -85,18 +85,23 @@ def apply_rope(x, cos, sin):
 # Blocks
 # ----------------------------------------------------------------------------------------------
 class RMSNorm(nn.Cell):
-    def __init__(self, dim, eps, param_dtype="float32"):
+    """RMSNorm. ``shared_over``: a TPContext when the norm runs on tensor-parallel *shards* (Qwen3's per-head
+    q/k norms see only local heads), so its replicated weight's gradient is summed over the tp ranks."""
+
+    def __init__(self, dim, eps, param_dtype="float32", shared_over: TPContext = SINGLE):
         super().__init__()
         self.weight = Parameter(Tensor(np.ones(dim, np.float32), ms.float32 if param_dtype != "float16" else ms.float16),
                                 name="weight")
         self.eps = eps
+        self.weight_copy = shared_over.copy_region()
 
     def construct(self, x):
         in_dtype = x.dtype
         x = x.astype(ms.float32)  # statistics in fp32 whatever the compute dtype
         var = ops.mean(x * x, -1, keep_dims=True)
         x = x * ops.rsqrt(var + self.eps)
-        return (self.weight.astype(ms.float32) * x).astype(in_dtype)
+        w = self.weight if self.weight_copy is None else self.weight_copy(self.weight)
+        return (w.astype(ms.float32) * x).astype(in_dtype)
 
 
 class Attention(nn.Cell):
@@ -117,8 +122,8 @@ class Attention(nn.Cell):
         self.o_proj = RowLinear(q_out, cfg.hidden_size, False, seed=seed + 4, **kw)
         self.qk_norm = cfg.qk_norm
         if cfg.qk_norm:
-            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, pdt)
-            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, pdt)
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, pdt, shared_over=tp)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, pdt, shared_over=tp)
         self.bmm_t = ops.BatchMatMul(transpose_b=True)
         self.bmm = ops.BatchMatMul()
         self.copy = tp.copy_region()

@@ -149,12 +149,18 @@ def save_hf(net, config, directory: str, dtype: Optional[str] = None, tokenizer_
     with open(tmp, "w") as fh:
         json.dump(hf, fh, indent=2)
     os.replace(tmp, os.path.join(directory, "config.json"))
-    if tokenizer_dir and os.path.isdir(tokenizer_dir):
-        import shutil
-        for fname in os.listdir(tokenizer_dir):
-            if fname.startswith("tokenizer") or fname in ("vocab.json", "merges.txt", "special_tokens_map.json",
-                                                           "generation_config.json"):
-                shutil.copy(os.path.join(tokenizer_dir, fname), os.path.join(directory, fname))
+    copy_tokenizer_files(tokenizer_dir, directory)
+
+
+def copy_tokenizer_files(tokenizer_dir: Optional[str], directory: str) -> None:
+    """Copy tokenizer files next to exported weights, so the directory is self-contained."""
+    if not tokenizer_dir or not os.path.isdir(tokenizer_dir):
+        return
+    import shutil
+    for fname in os.listdir(tokenizer_dir):
+        if fname.startswith("tokenizer") or fname in ("vocab.json", "merges.txt", "special_tokens_map.json",
+                                                       "generation_config.json"):
+            shutil.copy(os.path.join(tokenizer_dir, fname), os.path.join(directory, fname))
 
 
 def save_ms_checkpoint(tensors: Dict[str, np.ndarray], path: str, append: Optional[dict] = None) -> None:

@@ -13,7 +13,7 @@ tp is the rightmost dimension, so a tensor-parallel split axis maps to 0 and eve
 
 On disk (what ``transform_checkpoints`` expects)::
 
-    <dir>/rank_<r>/checkpoint_<r>.ckpt        one file per rank (the newest by name wins)
+    <dir>/rank_<r>/checkpoint_<r>.ckpt        one file per rank (with several, the last by name is used)
     ./strategy/<stage>_<model>_strategy/strategy_<r>.json
 
 No mindspore import at module level: writing strategy files must stay cheap.

@@ -95,7 +95,8 @@ class Generator:
     """
 
     def __init__(self, lm, max_batch: int, max_prompt_len: int, max_new_tokens: int,
-                 prompt_buckets: Optional[Sequence[int]] = None, min_decode_bucket: int = 4, pad_id: int = 0):
+                 prompt_buckets: Optional[Sequence[int]] = None, min_decode_bucket: int = 4, pad_id: int = 0,
+                 static_prompt_shape: bool = False):
         self.lm = lm
         self.max_batch = int(max_batch)
         self.max_new_tokens = int(max_new_tokens)
@@ -108,6 +109,7 @@ class Generator:
         self.decode_cell = _Decode(lm, self.cache)
         self.reorder_cell = _Reorder(self.cache)
         self.pad_id = pad_id
+        self.static_prompt_shape = static_prompt_shape  # one prefill graph: a fixed compile order
         b, self.decode_buckets = self.max_batch, []
         while True:  # halving buckets: finished rows are dropped once the live ones fit the next one
             self.decode_buckets.append(b)
@@ -115,6 +117,18 @@ class Generator:
                 break
             b = max(min_decode_bucket, (b + 1) // 2)
         self.decode_buckets.sort()
+
+    def warmup(self, bucket: int):
+        """Compile (and run once on dummy data) the graphs of one decode bucket; the largest bucket also
+        compiles the prefill. Used to fix the compile order for the compile cache and strategy export."""
+        if bucket == self.decode_buckets[-1]:
+            s = self.prompt_buckets[-1]
+            rows = self.max_batch
+            self.prefill_cell(Tensor(np.full((rows, s), self.pad_id, np.int32)), Tensor(np.ones((rows, s), np.int32)),
+                              Tensor(np.arange(rows, dtype=np.int32).reshape(rows, 1)))
+        self._reorder(np.arange(bucket, dtype=np.int32), bucket)
+        self.decode_cell(Tensor(np.full(bucket, self.pad_id, np.int32)), Tensor(self.prompt_buckets[-1], ms.int32),
+                         Tensor(np.zeros(bucket, np.int32)))
 
     def _reorder(self, src_rows, size):
         idx = np.full(size, src_rows[-1], np.int32)
@@ -144,7 +158,7 @@ class Generator:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("empty prompt: every prompt needs at least one token")
         longest = max(len(p) for p in prompts)
-        s = _bucket(longest, self.prompt_buckets)
+        s = self.prompt_buckets[-1] if self.static_prompt_shape else _bucket(longest, self.prompt_buckets)
         rows = per_chunk  # prefill a fixed row count so one graph serves every chunk
         ids = np.full((rows, s), self.pad_id, np.int32)
         mask = np.zeros((rows, s), np.int32)

@@ -36,17 +36,35 @@ def _write_json(path, obj):
     os.replace(tmp, path)
 
 
+def pending_dir(root: str, step: int) -> str:
+    """Where a checkpoint is assembled (by every rank under msrun) before it is renamed into place."""
+    return f"{iter_dir(root, step)}.tmp"
+
+
 def save_checkpoint(root: str, step: int, policy, optimizer_state: dict, trainer_state: dict,
-                    keep_last: int = 2, tokenizer_dir: Optional[str] = None) -> str:
+                    keep_last: int = 2, tokenizer_dir: Optional[str] = None, finalize: bool = True) -> str:
+    """Write the policy (HF directory), optimizer and trainer state into the pending directory; with
+    ``finalize`` also seal it (manifest, rename, tracker, pruning). Under msrun the other ranks add their
+    shards first and the main rank calls :func:`finalize` afterwards."""
     os.makedirs(root, exist_ok=True)
-    final = iter_dir(root, step)
-    tmp = f"{final}.tmp-{os.getpid()}"
+    tmp = pending_dir(root, step)
     shutil.rmtree(tmp, ignore_errors=True)
     policy.save_pretrained(tmp, tokenizer_dir=tokenizer_dir)
     save_safetensors(optimizer_state, os.path.join(tmp, "optimizer.safetensors"))
     _write_json(os.path.join(tmp, "trainer_state.json"), trainer_state)
-    files = {f: os.path.getsize(os.path.join(tmp, f)) for f in sorted(os.listdir(tmp))}
-    _write_json(os.path.join(tmp, "manifest.json"), {"step": step, "files": files})
+    if finalize:
+        return globals()["finalize"](root, step, keep_last)
+    return iter_dir(root, step)
+
+
+def finalize(root: str, step: int, keep_last: int = 2) -> str:
+    tmp, final = pending_dir(root, step), iter_dir(root, step)
+    files = {}
+    for dirpath, _, names in os.walk(tmp):
+        for f in names:
+            full = os.path.join(dirpath, f)
+            files[os.path.relpath(full, tmp)] = os.path.getsize(full)
+    _write_json(os.path.join(tmp, "manifest.json"), {"step": step, "files": dict(sorted(files.items()))})
     if os.path.exists(final):
         shutil.rmtree(final)
     os.replace(tmp, final)

@@ -1,0 +1,101 @@
+"""Run under msrun by tests/test_parallel.py. Rank 0 writes its findings as JSON to argv[2].
+
+    parallel_worker.py layers <hf_dir> <out.json>     TP=2 vs TP=1: logits, log-probs, gradients, reshard
+    parallel_worker.py grpo <out.json> <config> [overrides...]   one mindrl training run
+"""
+import json
+import sys
+
+import numpy as np
+
+
+def rel(a, b):
+    return float(np.linalg.norm(np.asarray(a, np.float64) - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def check_layers(hf_dir, out):
+    import mindspore as ms
+    from mindspore import Tensor
+    from mindrl.models import from_pretrained
+    from mindrl.models.scoring import LogProbsAndEntropy
+    from mindrl.parallel.reshard import Resharder, rename_parameters
+    from mindrl.parallel.state import init_distributed, make_layout
+    from mindrl.runtime import setup_context
+    setup_context("graph")
+    rank, world = init_distributed()
+    tp2 = make_layout(world, rank, tp=2).tp_context()
+    one = from_pretrained(hf_dir)                       # every rank: the full model, no collectives
+    two = from_pretrained(hf_dir, tp=tp2)
+    rename_parameters(two.net, "tp2")
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, one.config.vocab_size, size=(3, 11)).astype(np.int32)
+    res = {"logits_rel": rel(two.logits(ids), one.logits(ids))}
+
+    # log-probs and their gradients through the vocab-parallel path vs the plain one
+    class Score(ms.nn.Cell):
+        def __init__(self, lm):
+            super().__init__(auto_prefix=False)
+            self.lm, self.stats = lm, LogProbsAndEntropy(lm.tp)
+
+        def construct(self, x, mask):
+            h = self.lm.model(x, mask)[:, :-1]
+            lp, ent = self.stats(self.lm.head(h), x[:, 1:])
+            return (lp * 0.7).sum() + (ent * 0.3).sum(), lp
+
+    mask = Tensor(np.ones_like(ids))
+    outs = {}
+    for name, lm in (("one", one.net), ("two", two.net)):
+        cell = Score(lm)
+        grad = ms.value_and_grad(cell, None, cell.lm.trainable_params(), has_aux=True)
+        (loss, lp), grads = grad(Tensor(ids), mask)
+        names = [n for n, _ in lm.parameters_and_names()]
+        outs[name] = (float(loss.asnumpy()), lp.asnumpy(), dict(zip(names, [g.asnumpy() for g in grads])))
+    res["logprob_rel"] = rel(outs["two"][1], outs["one"][1])
+    res["loss_rel"] = rel(outs["two"][0], outs["one"][0])
+    from mindrl.parallel.layout import split_axes, take_shard
+    axes = split_axes(two.net)
+    worst = 0.0
+    for n, g2 in outs["two"][2].items():
+        g1 = take_shard(outs["one"][2][n], axes[n], 2, tp2.rank)
+        worst = max(worst, rel(g2, g1))
+        res.setdefault("bad", {})[n] = rel(g2, g1) if rel(g2, g1) > 1e-4 else None
+    res["grad_rel_max"] = worst
+
+    # reshard: tp1 (train) -> tp2 (infer) -> fresh tp1 must be exact
+    fresh = from_pretrained(hf_dir)
+    rename_parameters(fresh.net, "fresh")
+    for _, p in fresh.net.parameters_and_names():
+        p.set_data(Tensor(np.zeros(p.shape, np.float32)))
+    for _, p in two.net.parameters_and_names():
+        p.set_data(Tensor(np.zeros(p.shape, np.float32)))
+    storage_before = {n: p.data_ptr() if hasattr(p, "data_ptr") else id(p) for n, p in two.net.parameters_and_names()}
+    Resharder(one.net, two.net, one.net.tp, tp2)()
+    res["reshard_logits_rel"] = rel(two.logits(ids), one.logits(ids))
+    res["storage_kept"] = all((p.data_ptr() if hasattr(p, "data_ptr") else id(p)) == storage_before[n]
+                              for n, p in two.net.parameters_and_names())
+    Resharder(two.net, fresh.net, tp2, fresh.net.tp)()
+    a, b = one.state_dict(), fresh.state_dict()
+    res["roundtrip_exact"] = all(np.array_equal(a[k], b[k]) for k in a)
+    if rank == 0:
+        with open(out, "w") as fh:
+            json.dump(res, fh)
+
+
+def run_grpo(out, config, overrides):
+    from mindrl.config import load_train_config
+    from mindrl.trainer.grpo import GRPOTrainer
+    cfg = load_train_config(config, overrides)
+    trainer = GRPOTrainer(cfg)
+    metrics = trainer.train_step()
+    if trainer.actor_save_requested() if hasattr(trainer, "actor_save_requested") else cfg.actor_config.save:
+        trainer.save()
+    if trainer.topo.rank == 0:
+        with open(out, "w") as fh:
+            json.dump({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, fh)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "layers":
+        check_layers(sys.argv[2], sys.argv[3])
+    else:
+        run_grpo(sys.argv[2], sys.argv[3], sys.argv[4:])
