@@ -30,9 +30,7 @@ def train_main(argv) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if cfg.runtime.only_save_strategy:
-        print("mindrl: runtime.only_save_strategy needs the parallel layer (mindrl.parallel), which is not "
-              "available in this version", file=sys.stderr)
-        return 2
+        return _export_strategy(cfg)
     from mindrl.trainer.grpo import GRPOTrainer
     trainer = GRPOTrainer(cfg)
     summary = trainer.fit()
@@ -58,6 +56,23 @@ def evaluate_main(argv) -> int:
 
 
 def export_strategy_main(argv) -> int:
-    print("mindrl export-strategy: needs the parallel layer (mindrl.parallel), not available in this version",
-          file=sys.stderr)
-    return 2
+    """`mindrl export-strategy --config X` == `mindrl train --config X runtime.only_save_strategy=true`."""
+    args = _parser("mindrl export-strategy", "compile every model, write per-rank strategy files, exit").parse_args(argv)
+    cfg = _load(args)
+    if cfg is None:
+        return 2
+    cfg.runtime.only_save_strategy = True
+    return _export_strategy(cfg)
+
+
+def _export_strategy(cfg) -> int:
+    """Build and compile every model of the run (static shapes, fixed order), write
+    ``<strategy_dir>/<stage>_<model>_strategy/strategy_<rank>.json``, and exit without training."""
+    from mindrl.trainer.grpo import GRPOTrainer
+    trainer = GRPOTrainer(cfg)  # compiles everything: only_save_strategy implies static shapes
+    written = trainer.write_strategy(cfg.runtime.strategy_dir)
+    trainer.exchange.barrier()
+    if trainer.topo.is_main:
+        for d in written:
+            print(f"wrote {d}")
+    return 0

@@ -91,8 +91,9 @@ class GRPOTrainer:
         self.step = 0
         self.draws = 0
         self._resume()
+        self.resharder()  # the infer model starts from the loaded (or resumed) train weights
         self.logger = MetricsLogger(cfg.logging.log_dir, cfg.logging.jsonl, cfg.logging.tensorboard,
-                                    enabled=self.topo.is_main)
+                                    enabled=self.topo.is_main and not rt.only_save_strategy)
         self._eval_set = None
         if self.static_shapes:
             self.compile_all()
