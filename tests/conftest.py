@@ -6,6 +6,7 @@ import pytest
 
 os.environ.setdefault("GLOG_v", "3")  # keep MindSpore's C++ logging quiet in test output
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = 211  # odd sizes on purpose: nothing may assume powers of two
 
 
@@ -57,3 +58,33 @@ def hf_models(tmp_path_factory):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def make_grpo_workdir(d):
+    """A random tiny Qwen2 policy (HF dir) and prompt/held-out MindRecords made with `mindrl preprocess`."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "examples", "tiny"))
+    import task
+    from mindrl.data.preprocess import cli_main
+    from mindrl.models.config import ModelConfig
+    from mindrl.models.lm import PretrainedLM, build_network
+    from mindrl.runtime import setup_context
+    setup_context("graph")
+    cfg = ModelConfig(model_type="qwen2", vocab_size=192, hidden_size=32, intermediate_size=64, num_layers=1,
+                      num_heads=4, n_kv_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
+                      qkv_bias=True, eos_token_id=2, pad_token_id=0).validate()
+    PretrainedLM(build_network(cfg, seed=3), cfg).save_pretrained(str(d / "policy"))
+    task.write_jsonl(str(d / "train.jsonl"), task.training_ids(256, seed=5))
+    task.write_jsonl(str(d / "heldout.jsonl"), task.heldout_ids()[:16])
+    # a dense reward, so a random policy gets non-zero advantages (and a custom reward file is exercised)
+    (d / "digits.py").write_text(
+        "from mindrl.rewards import register_reward\n\n"
+        "@register_reward('ones')\n"
+        "def ones(response, label):\n"
+        "    return response.count('1') / 6.0\n")
+    tokenizer = os.path.join(ROOT, "examples", "tiny", "tokenizer")
+    for name in ("train", "heldout"):
+        rc = cli_main(["--config", os.path.join(ROOT, "configs", "datasets", "tiny_math.yaml"),
+                       f"input={d / name}.jsonl", f"output_prefix={d / name}", f"tokenizer_name_or_path={tokenizer}"])
+        assert rc == 0
+    return d

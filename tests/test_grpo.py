@@ -21,31 +21,8 @@ METRICS = ["timing/all", "timing/rollout", "timing/old_log_p", "timing/reference
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """A random tiny Qwen2 policy (HF dir) and prompt/held-out MindRecords made with `mindrl preprocess`."""
-    import task
-    from mindrl.data.preprocess import cli_main
-    from mindrl.models.config import ModelConfig
-    from mindrl.models.lm import PretrainedLM, build_network
-    from mindrl.runtime import setup_context
-    d = tmp_path_factory.mktemp("grpo")
-    setup_context("graph")
-    cfg = ModelConfig(model_type="qwen2", vocab_size=192, hidden_size=32, intermediate_size=64, num_layers=1,
-                      num_heads=4, n_kv_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
-                      qkv_bias=True, eos_token_id=2, pad_token_id=0).validate()
-    PretrainedLM(build_network(cfg, seed=3), cfg).save_pretrained(str(d / "policy"))
-    task.write_jsonl(str(d / "train.jsonl"), task.training_ids(256, seed=5))
-    task.write_jsonl(str(d / "heldout.jsonl"), task.heldout_ids()[:16])
-    # a dense reward, so a random policy gets non-zero advantages (and a custom reward file is exercised)
-    (d / "digits.py").write_text(
-        "from mindrl.rewards import register_reward\n\n"
-        "@register_reward('ones')\n"
-        "def ones(response, label):\n"
-        "    return response.count('1') / 6.0\n")
-    for name in ("train", "heldout"):
-        rc = cli_main(["--config", os.path.join(ROOT, "configs", "datasets", "tiny_math.yaml"),
-                       f"input={d / name}.jsonl", f"output_prefix={d / name}", f"tokenizer_name_or_path={TOKENIZER}"])
-        assert rc == 0
-    return d
+    from conftest import make_grpo_workdir
+    return make_grpo_workdir(tmp_path_factory.mktemp("grpo"))
 
 
 def make_config(workdir, run, **over):

@@ -13,7 +13,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "parallel_worker.py")
 TOKENIZER = os.path.join(ROOT, "examples", "tiny", "tokenizer")
 CONFIG = os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml")
-sys.path.insert(0, os.path.join(ROOT, "examples", "tiny"))
 
 pytestmark = pytest.mark.msrun
 
@@ -59,21 +58,8 @@ def test_tp2_matches_tp1_and_reshard_roundtrip(hf_even, tmp_path):
 
 @pytest.fixture(scope="module")
 def grpo_dir(tmp_path_factory):
-    import task
-    from mindrl.data.preprocess import cli_main
-    from mindrl.models.config import ModelConfig
-    from mindrl.models.lm import PretrainedLM, build_network
-    from mindrl.runtime import setup_context
-    d = tmp_path_factory.mktemp("pgrpo")
-    setup_context("graph")
-    cfg = ModelConfig(model_type="qwen2", vocab_size=192, hidden_size=32, intermediate_size=64, num_layers=1,
-                      num_heads=4, n_kv_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
-                      qkv_bias=True, eos_token_id=2, pad_token_id=0).validate()
-    PretrainedLM(build_network(cfg, seed=7), cfg).save_pretrained(str(d / "policy"))
-    task.write_jsonl(str(d / "train.jsonl"), task.training_ids(64, seed=5))
-    assert cli_main(["--config", os.path.join(ROOT, "configs", "datasets", "tiny_math.yaml"),
-                     f"input={d / 'train.jsonl'}", f"output_prefix={d / 'train'}",
-                     f"tokenizer_name_or_path={TOKENIZER}"]) == 0
+    from conftest import make_grpo_workdir
+    d = make_grpo_workdir(tmp_path_factory.mktemp("pgrpo"))
     # dense: every decoded character contributes, so random-policy groups have reward variance
     (d / "digits.py").write_text("from mindrl.rewards import register_reward\n\n@register_reward('chars')\n"
                                  "def chars(response, label):\n    return sum(ord(c) % 7 for c in response) / 40.0\n")

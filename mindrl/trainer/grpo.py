@@ -34,6 +34,8 @@ def _bucket(n: int, minimum: int = 8) -> int:
 
 class GRPOTrainer:
     def __init__(self, cfg: TrainConfig):
+        import time
+        started = time.perf_counter()
         from mindrl.runtime import setup_context
         from mindrl.trainer.distributed import Exchange, build_topology
         self.cfg = cfg
@@ -97,6 +99,9 @@ class GRPOTrainer:
         self._eval_set = None
         if self.static_shapes:
             self.compile_all()
+        if self.topo.is_main:
+            log.info("start-up took %.2f s (build, load, %s)", time.perf_counter() - started,
+                     "compile all graphs" if self.static_shapes else "graphs compile on first use")
 
     # -- setup ------------------------------------------------------------------------------------
     def _build_policy(self):

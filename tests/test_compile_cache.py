@@ -1,0 +1,49 @@
+"""The compile cache must never hand back a stale graph: a warm launch repeats the cold launch's numbers,
+and another config gets another cache directory."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_warm_cache_repeats_cold_results(grpo_workdir_for_cache):
+    d = grpo_workdir_for_cache
+
+    def launch(run, *extra):
+        cmd = [sys.executable, "-m", "mindrl.cli", "train", "--config",
+               os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"), *d["overrides"],
+               f"logging.log_dir={d['dir'] / run}", "runtime.enable_compile_cache=true",
+               f"runtime.compile_cache_path={d['dir'] / 'cache'}", *extra]
+        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
+        assert res.returncode == 0, res.stderr[-3000:]
+        rows = [json.loads(x) for x in open(d["dir"] / run / "metrics.jsonl")]
+        return [r for r in rows if "timing/all" in r]
+
+    cold = launch("cold")
+    assert len(os.listdir(d["dir"] / "cache")) == 1
+    warm = launch("warm")
+    assert len(os.listdir(d["dir"] / "cache")) == 1  # same key reused
+    for a, b in zip(cold, warm):
+        for key in ("grpo/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy"):
+            assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-9), key
+    launch("other", "rl_config.micro_batch_size=4")
+    assert len(os.listdir(d["dir"] / "cache")) == 2  # another shape, another key
+
+
+@pytest.fixture(scope="module")
+def grpo_workdir_for_cache(tmp_path_factory):
+    from conftest import make_grpo_workdir
+    work = make_grpo_workdir(tmp_path_factory.mktemp("grpo_cache"))
+    over = ["rl_config.train_iters=2", "rl_config.global_batch_size=4", "rl_config.n_samples_per_prompt=4",
+            "rl_config.mini_batch_size=16", "rl_config.micro_batch_size=8", "rl_config.dynamic_sampling=false",
+            "rl_config.verifier_function=[last_number,ones]", "rl_config.verifier_weight=[1.0,1.0]",
+            f"rl_config.custom_reward_file={work / 'digits.py'}", f"actor_config.model={work / 'policy'}",
+            f"actor_config.load={work / 'policy'}", "actor_config.save=null", "actor_config.save_interval=0",
+            "actor_config.lr=1e-3", "actor_config.lr_warmup_iters=0", f"data.path={work / 'train.mindrecord'}",
+            "eval.path=null", "logging.progress_bar=false", "logging.tensorboard=false"]
+    return {"dir": work, "overrides": over}
