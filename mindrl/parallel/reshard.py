@@ -30,22 +30,73 @@ def _slice(x, axis, size, rank):
     return ops.strided_slice(x, tuple(begin), tuple(end), (1,) * len(x.shape))
 
 
-class _Copy(nn.Cell):
-    def __init__(self, items, gathers):
+class _FusedGather(nn.Cell):
+    """Gather many sharded tensors with ONE all-reduce: each rank writes its flattened shards at its offset in
+    a zero buffer; after the sum every rank rebuilds the full tensors. One collective instead of one per
+    parameter matters on CPU, where each collective has a fixed cost of milliseconds."""
+
+    def __init__(self, group, rank, size, shapes, axes, world_group=False):
         super().__init__(auto_prefix=False)
-        self.items = items            # (src index, dst index, gather index or -1, dst axis, dst size, dst rank)
-        self.src = ms.ParameterTuple([s for s, _ in items["params"]])
-        self.dst = ms.ParameterTuple([d for _, d in items["params"]])
-        self.plan = items["plan"]
-        self.gathers = nn.CellList(gathers)
+        # AllGather (half the bytes of a padded all-reduce) works on CPU on the world group only
+        self.use_gather = world_group
+        self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM, group)
+        self.all_gather = ops.AllGather(group) if world_group else None
+        self.rank, self.size = rank, size
+        self.shapes, self.axes = tuple(tuple(x) for x in shapes), tuple(axes)
+        self.numels = tuple(int(_prod(x)) for x in shapes)
+
+    def construct(self, xs):
+        if self.use_gather:  # rank-major: [rank 0's flat shards | rank 1's | ...]
+            flat = self.all_gather(ops.concat(tuple(x.reshape(-1) for x in xs), 0))
+            total = flat.shape[0] // self.size
+        else:  # parameter-major: [param 0 of every rank | param 1 of every rank | ...]
+            pieces = ()
+            for i in range(len(xs)):
+                n = self.numels[i]
+                pieces = pieces + (ops.pad(xs[i].reshape(-1), (self.rank * n, (self.size - 1 - self.rank) * n)),)
+            flat = self.all_reduce(ops.concat(pieces, 0))
+            total = 0
+        out = ()
+        offset = 0
+        for i in range(len(xs)):
+            n, shape, axis = self.numels[i], self.shapes[i], self.axes[i]
+            if self.use_gather:
+                stacked = flat.reshape(self.size, total)[:, offset:offset + n].reshape((self.size,) + shape)
+                offset = offset + n
+            else:
+                stacked = flat[offset:offset + n * self.size].reshape((self.size,) + shape)
+                offset = offset + n * self.size
+            # [tp, d0, .., da, ..] -> [d0, .., tp, da, ..] -> merge (tp, da): shards concatenated along axis a
+            perm = tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, len(shape) + 1))
+            full_shape = shape[:axis] + (shape[axis] * self.size,) + shape[axis + 1:]
+            out = out + (stacked.transpose(perm).reshape(full_shape),)
+        return out
+
+
+def _prod(shape):
+    out = 1
+    for d in shape:
+        out *= int(d)
+    return out
+
+
+class _Copy(nn.Cell):
+    def __init__(self, params, plan, fused):
+        super().__init__(auto_prefix=False)
+        self.src = ms.ParameterTuple([s for s, _ in params])
+        self.dst = ms.ParameterTuple([d for _, d in params])
+        self.plan = plan              # per parameter: (gathered index or -1, dst axis, dst size, dst rank)
+        self.fused = fused
+        self.gathered_src = tuple(i for i, item in enumerate(plan) if item[0] >= 0)
 
     def construct(self):
+        full = ()
+        if self.fused is not None:
+            full = self.fused(tuple(self.src[i] for i in self.gathered_src))
         done = ()
         for i in range(len(self.plan)):
             g, axis, size, rank = self.plan[i]
-            x = self.src[i]
-            if g >= 0:
-                x = self.gathers[g](x)
+            x = self.src[i] if g < 0 else full[g]
             done = done + (ops.assign(self.dst[i], _slice(x, axis, size, rank)),)
         return len(done)
 
@@ -63,7 +114,7 @@ class Resharder:
         if set(t_params) != set(i_params):
             missing = sorted(set(t_params) ^ set(i_params))[:3]
             raise ValueError(f"train and infer models differ in parameters, e.g. {missing}")
-        params, plan, gathers = [], [], []
+        params, plan, g_shapes, g_axes = [], [], [], []
         self.bytes_moved = 0
         for name in sorted(t_params):
             ta, ia = t_axes[name], i_axes[name]
@@ -74,12 +125,18 @@ class Resharder:
                 if same_shard:
                     ia = None  # already the right piece
                 else:
-                    gathers.append(GatherAxis(train_tp.group, train_tp.rank, train_tp.size, ta, len(src.shape)))
-                    g = len(gathers) - 1
+                    g_shapes.append(tuple(src.shape))
+                    g_axes.append(ta)
+                    g = len(g_shapes) - 1
                     self.bytes_moved += src.size * 4 * (train_tp.size - 1)
             params.append((src, dst))
             plan.append((g, ia, infer_tp.size if ia is not None else 1, infer_tp.rank))
-        self.cell = _Copy({"params": params, "plan": tuple(plan)}, gathers)
+        from mindrl.parallel.state import _STATE
+        fused = None
+        if g_shapes:
+            fused = _FusedGather(train_tp.group, train_tp.rank, train_tp.size, g_shapes, g_axes,
+                                 world_group=train_tp.size == _STATE["world"])
+        self.cell = _Copy(params, tuple(plan), fused)
 
     def __call__(self):
         if not self.noop:
