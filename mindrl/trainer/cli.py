@@ -23,19 +23,28 @@ def _load(args):
         return None
 
 
+def _setup_logging():
+    """INFO on rank 0; other msrun ranks report only warnings and errors (prefixed with their rank)."""
+    import os
+    rank = os.environ.get("RANK_ID", "0")
+    fmt = "%(asctime)s %(name)s %(levelname)s %(message)s" if rank == "0" else \
+        f"%(asctime)s [rank {rank}] %(name)s %(levelname)s %(message)s"
+    logging.basicConfig(level=logging.INFO if rank == "0" else logging.WARNING, format=fmt)
+
+
 def train_main(argv) -> int:
     args = _parser("mindrl train", "GRPO training from a yaml config").parse_args(argv)
     cfg = _load(args)
     if cfg is None:
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _setup_logging()
     if cfg.runtime.only_save_strategy:
         return _export_strategy(cfg)
     from mindrl.trainer.grpo import GRPOTrainer
     trainer = GRPOTrainer(cfg)
     summary = trainer.fit()
     before, after = summary.get("eval_before"), summary.get("eval_after")
-    if before and after:
+    if before and after and trainer.topo.is_main:
         keys = [k for k in after if k.endswith("/mean")]
         print("held-out (greedy): " + ", ".join(f"{k} {before[k]:.3f} -> {after[k]:.3f}" for k in keys))
     return 0
@@ -50,8 +59,12 @@ def evaluate_main(argv) -> int:
         print("mindrl: eval.path is not set", file=sys.stderr)
         return 2
     cfg.rl_config.train_iters = 0
+    _setup_logging()
     from mindrl.trainer.grpo import GRPOTrainer
-    print(json.dumps(GRPOTrainer(cfg).evaluate(), indent=2))
+    trainer = GRPOTrainer(cfg)
+    result = trainer.evaluate()
+    if trainer.topo.is_main:
+        print(json.dumps(result, indent=2))
     return 0
 
 
@@ -62,6 +75,7 @@ def export_strategy_main(argv) -> int:
     if cfg is None:
         return 2
     cfg.runtime.only_save_strategy = True
+    _setup_logging()
     return _export_strategy(cfg)
 
 
