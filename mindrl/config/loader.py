@@ -527,8 +527,10 @@ def _check_rules(cfg: TrainConfig, explicit: set[str], err: _Errors) -> None:
         err.add("actor_config.lr_warmup_fraction",
                 f"cannot be combined with lr_warmup_iters = {actor.lr_warmup_iters}; set only one")
     if actor.lr_warmup_iters > rl.train_iters:
-        err.add("actor_config.lr_warmup_iters",
-                f"{actor.lr_warmup_iters} is longer than rl_config.train_iters = {rl.train_iters}")
+        # legal (a short trial run of a long config), but the lr never reaches actor_config.lr: say so
+        import warnings
+        warnings.warn(f"actor_config.lr_warmup_iters = {actor.lr_warmup_iters} is longer than "
+                      f"rl_config.train_iters = {rl.train_iters}: the learning rate stays in warm-up", stacklevel=2)
     if not actor.finetune and actor.load is None:
         err.add("actor_config.load",
                 "is required when finetune is false (resuming needs the checkpoint directory "
