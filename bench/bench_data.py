@@ -112,10 +112,31 @@ def main(argv=None):
             summary, wall = bench_preprocess(data, tokenizer, out, workers)
             print(f"preprocess workers={workers}: {summary.written / wall:,.0f} rows/s "
                   f"({summary.written} rows in {wall:.1f} s, incl. reading json and writing MindRecord)")
+        best = 0.0
         for workers in (1, 2):
             n, rate = bench_reader(summary.output, args.batch_size, workers)
+            best = max(best, rate)
             print(f"reader rows/s: {rate:,.0f} (batch {args.batch_size}, num_parallel_workers={workers}, {n} rows)")
+        print_step_share(best)
     return 0
+
+
+def print_step_share(rows_per_s, prompts_per_step=64):
+    """Reader time for one GRPO step's prompts against a training step (the demo's, when it has run)."""
+    reader_s = prompts_per_step / rows_per_s
+    metrics = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "tiny_math",
+                           "metrics.jsonl")
+    steps = []
+    if os.path.exists(metrics):
+        with open(metrics) as fh:
+            steps = [json.loads(line)["timing/all"] for line in fh if '"timing/all"' in line][1:]
+    if steps:
+        step = sorted(steps)[len(steps) // 2]
+        print(f"reader time for {prompts_per_step} prompts: {reader_s * 1e3:.1f} ms = {100 * reader_s / step:.2f}% "
+              f"of the demo's median GRPO step ({step:.2f} s, runs/tiny_math/metrics.jsonl)")
+    else:
+        print(f"reader time for {prompts_per_step} prompts: {reader_s * 1e3:.1f} ms "
+              "(run `bash scripts/run_demo.sh` first to compare with a GRPO step)")
 
 
 if __name__ == "__main__":

@@ -598,3 +598,18 @@ def test_value_loss_whiten_kl_graph_mode(graph_mode):
         e[idx] = 1e-6
         fd[idx] = (f(v + e) - f(v - e)) / 2e-6
     np.testing.assert_allclose(g.asnumpy(), fd, rtol=1e-4, atol=1e-6)
+
+
+def test_actor_loss_dr_grpo_divides_by_constant_length_not_padded_width():
+    """seq-mean-token-sum-norm: sum over tokens / max response length, whatever the padded width."""
+    import mindspore as ms
+    from mindrl.algorithms.losses import ActorLoss
+    rng = np.random.default_rng(3)
+    b, t, max_len = 3, 5, 12
+    lp = rng.normal(size=(b, t)).astype(np.float32)
+    adv = rng.normal(size=(b, t)).astype(np.float32)
+    mask = (rng.random((b, t)) > 0.3).astype(np.float32)
+    loss = ActorLoss(loss_agg_mode="seq-mean-token-sum-norm", norm_len=max_len)
+    out = loss(ms.Tensor(lp), ms.Tensor(lp), ms.Tensor(adv), ms.Tensor(mask))
+    expected = (-(adv.astype(np.float64) * mask).sum(-1) / max_len).sum() / (mask.sum(-1) > 0).sum()
+    assert float(out[1].asnumpy()) == pytest.approx(expected, rel=1e-5)

@@ -16,7 +16,7 @@ from mindrl.models.convert import cli_main, convert, expected_tensors  # noqa: E
 from mindrl.models.safetensors_io import SafetensorsFile, open_hf_checkpoint  # noqa: E402
 from mindrl.models.weights import TensorSource  # noqa: E402
 
-from conftest import VOCAB, make_hf_checkpoint  # noqa: E402
+from conftest import VOCAB  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, GLOG_v="3", MINDRL_THREADS="1")

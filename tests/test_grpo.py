@@ -165,3 +165,23 @@ def test_config_errors_fail_before_compiling(workdir, tmp_path):
     res = subprocess.run(cmd[:-1] + ["rl_config.verifier_functon=[acc]"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 2 and "verifier_function" in res.stderr  # did-you-mean suggestion
+
+
+def test_pruning_never_deletes_the_checkpoint_just_written(tmp_path):
+    """A new run saving into a directory with higher-numbered checkpoints of an older run."""
+    from mindrl.trainer import checkpoint as ck
+
+    class Policy:
+        def save_pretrained(self, d, tokenizer_dir=None):
+            os.makedirs(d, exist_ok=True)
+            open(os.path.join(d, "model.safetensors"), "w").write("x")
+
+    root = str(tmp_path)
+    for step in (30, 60):  # the older run
+        ck.save_checkpoint(root, step, Policy(), {}, {"step": step}, keep_last=2)
+    for step in (5, 10, 15):  # the new run, keep_last=2
+        ck.save_checkpoint(root, step, Policy(), {}, {"step": step}, keep_last=2)
+    assert sorted(os.listdir(root)) == ["iter_0000010", "iter_0000015", "iter_0000030", "iter_0000060",
+                                        "latest_checkpointed_iteration.txt"]
+    assert ck.resolve(root).endswith("iter_0000015")
+    ck.verify(ck.resolve(root))

@@ -236,3 +236,31 @@ def test_yaml_model_config_matches_hf(hf_models, tmp_path):
     yaml_path.write_text(yaml.safe_dump(hf_cfg.to_yaml_dict()))
     again = load_model_config(str(yaml_path))
     assert again.replace(source="x") == hf_cfg.replace(source="x")
+
+
+def test_repetition_penalty_matches_transformers(hf_models, rng):
+    path, ref_model = hf_models["qwen2"]
+    model = from_pretrained(path)
+    prompt = list(map(int, rng.integers(0, VOCAB, size=7)))
+    ours = generate(model, [prompt], max_new_tokens=16, repetition_penalty=1.5)[0]
+    with torch.no_grad():
+        ref = ref_model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, repetition_penalty=1.5,
+                                 eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
+    assert ours == ref
+    assert ours != generate(model, [prompt], max_new_tokens=16)[0]  # the penalty changed something
+
+
+def test_float16_compute_is_close_to_float32(hf_models, rng):
+    path, ref_model = hf_models["llama"]
+    ids = rng.integers(0, VOCAB, size=(2, 13)).astype(np.int32)
+    half = from_pretrained(path, dtype="float16").logits(ids)
+    assert half.dtype == np.float32
+    assert rel_err(half, torch_logits(ref_model, ids)) <= 1e-2
+
+
+def test_bfloat16_compute_falls_back_on_cpu(hf_models, rng):
+    path, ref_model = hf_models["qwen3"]
+    with pytest.warns(UserWarning, match="bfloat16 is not supported on CPU"):
+        model = from_pretrained(path, dtype="bfloat16")
+    ids = rng.integers(0, VOCAB, size=(1, 9)).astype(np.int32)
+    assert rel_err(model.logits(ids), torch_logits(ref_model, ids)) <= 1e-4

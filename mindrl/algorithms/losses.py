@@ -112,6 +112,7 @@ def policy_loss(
     clip_ratio_c=None,
     loss_agg_mode="token-mean",
     denominator=None,
+    norm_len=None,
 ):
     """PPO clipped surrogate with asymmetric clipping (DAPO clip-higher) and optional dual-clip.
 
@@ -139,7 +140,7 @@ def policy_loss(
     if clip_ratio_c is not None:
         bound = -advantages * clip_ratio_c
         loss = ops.where(ops.logical_and(advantages < 0, loss > bound), bound, loss)
-    pg_loss = agg_loss(loss, mask, loss_agg_mode, denominator)
+    pg_loss = agg_loss(loss, mask, loss_agg_mode, denominator, norm_len)
     pg_clipfrac = ops.stop_gradient(masked_mean(ops.cast(clipped, log_prob.dtype), mask))
     ppo_kl = ops.stop_gradient(masked_mean(-log_ratio, mask))
     return pg_loss, pg_clipfrac, ppo_kl
@@ -220,6 +221,7 @@ class ActorLoss(nn.Cell):
         kl_coef=0.0,
         entropy_coeff=0.0,
         policy_loss_name="vanilla",
+        norm_len=None,
     ):
         super().__init__()
         if clip_ratio_c is not None and not clip_ratio_c > 1.0:
@@ -233,22 +235,27 @@ class ActorLoss(nn.Cell):
         self.use_kl = bool(use_kl_in_loss)
         self.kl_coef = float(kl_coef)
         self.entropy_coeff = float(entropy_coeff)
+        # seq-mean-token-sum-norm divides by a constant length (Dr.GRPO: the max response length),
+        # never by the padded width of a batch, which changes from step to step
+        self.norm_len = None if norm_len is None else float(norm_len)
 
     def construct(self, log_prob, old_log_prob, advantages, mask, ref_log_prob=None, entropy=None, denominator=None):
         pg_loss, pg_clipfrac, ppo_kl = self.pg_fn(
             log_prob, old_log_prob, advantages, mask,
             self.clip_ratio_low, self.clip_ratio_high, self.clip_ratio_c, self.loss_agg_mode, denominator,
+            self.norm_len,
         )
         loss = pg_loss
         kl_loss = ops.zeros((), log_prob.dtype)
         if self.use_kl:
             if ref_log_prob is None:
                 raise ValueError("use_kl_in_loss is set, so ActorLoss needs ref_log_prob")
-            kl_loss = agg_loss(self.kl_fn(log_prob, ref_log_prob), mask, self.loss_agg_mode, denominator)
+            kl_loss = agg_loss(self.kl_fn(log_prob, ref_log_prob), mask, self.loss_agg_mode, denominator,
+                               self.norm_len)
             loss = loss + self.kl_coef * kl_loss
         ent_loss = ops.zeros((), log_prob.dtype)
         if entropy is not None:
-            ent_loss = agg_loss(entropy, mask, self.loss_agg_mode, denominator)
+            ent_loss = agg_loss(entropy, mask, self.loss_agg_mode, denominator, self.norm_len)
             loss = loss - self.entropy_coeff * ent_loss
         return loss, pg_loss, pg_clipfrac, ppo_kl, kl_loss, ent_loss
 

@@ -172,6 +172,13 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {}
         for key, value in mc.items():
+            if key == "type":
+                if value not in _YAML_CLASS_TYPES and value not in SUPPORTED_MODEL_TYPES:
+                    raise ModelConfigError(f"{source}: model.model_config.type: unknown config class {value!r}; "
+                                           f"supported: {', '.join(_YAML_CLASS_TYPES)}")
+                if "model_type" not in mc:
+                    kwargs["model_type"] = _YAML_CLASS_TYPES.get(value, value)
+                continue
             name = _YAML_ALIASES.get(key, key)
             if name in _YAML_IGNORED:
                 continue
@@ -200,7 +207,7 @@ class ModelConfig:
         return cls(source=source, **kwargs).validate()
 
     def to_yaml_dict(self) -> dict:
-        mc = {}
+        mc = {"type": {v: k for k, v in _YAML_CLASS_TYPES.items()}[self.model_type]}
         inverse = {v: k for k, v in _YAML_ALIASES.items()}
         for f in dataclasses.fields(self):
             if f.name in ("source", "data_parallel", "model_parallel"):
@@ -212,8 +219,9 @@ class ModelConfig:
 
 # MindFormers names -> ours (both spellings accepted in yaml)
 _YAML_ALIASES = {"seq_length": "max_position_embeddings", "theta": "rope_theta", "n_layers": "num_layers",
-                 "dim": "hidden_size", "ffn_hidden_size": "intermediate_size", "num_key_value_heads": "n_kv_heads",
-                 "type": "model_type"}
+                 "dim": "hidden_size", "ffn_hidden_size": "intermediate_size", "num_key_value_heads": "n_kv_heads"}
+# MindFormers names the config *class* in `type`; it tells the architecture when model_type is absent
+_YAML_CLASS_TYPES = {"LlamaConfig": "llama", "Qwen2Config": "qwen2", "Qwen3Config": "qwen3"}
 # MindFormers keys that have no meaning for us (kernels, fusion switches)
 _YAML_IGNORED = {"use_flash_attention", "use_past", "is_dynamic", "softmax_compute_type", "rotary_dtype",
                  "layernorm_compute_type", "checkpoint_name_or_path", "batch_size", "use_attn_mask_compression",

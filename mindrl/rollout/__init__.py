@@ -25,8 +25,11 @@ def generate(model, prompts, max_new_tokens, do_sample=False, temperature=1.0, t
                             temperature=temperature, top_k=top_k, top_p=top_p,
                             repetition_penalty=repetition_penalty, stop_token_ids=stops).validate()
     longest = max(len(p) for p in prompts)
-    batch = max_batch or min(64, max(n, len(prompts) * n))
-    batch = max(batch, n)
+    if max_batch is None:  # a power-of-two bucket, so other prompt counts reuse the compiled graphs
+        max_batch = 1
+        while max_batch < min(64, len(prompts) * n):
+            max_batch *= 2
+    batch = max(max_batch, n)
     gen = _cached_generator(model, batch, longest, int(max_new_tokens))
     out = gen.generate(prompts, params, seed=seed)
     return out.tokens

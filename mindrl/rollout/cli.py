@@ -104,7 +104,8 @@ def _run(args) -> int:
     for i, p in enumerate(prompts):
         bad = [t for t in p if not 0 <= t < config.vocab_size]
         if bad:
-            raise _UserError(f"prompt {i}: token id {bad[0]} is outside the model's vocabulary [0, {config.vocab_size})")
+            raise _UserError(f"prompt {i}: token id {bad[0]} is outside the model's vocabulary "
+                             f"[0, {config.vocab_size})")
         if len(p) + args.max_new_tokens > config.max_position_embeddings:
             raise _UserError(f"prompt {i}: {len(p)} tokens + --max-new-tokens {args.max_new_tokens} exceed the model's "
                              f"seq_length {config.max_position_embeddings}")

@@ -102,11 +102,11 @@ class ApplyGrad(nn.Cell):
 class ActorUpdater:
     """Builds the graphs once; ``micro_step`` and ``apply`` run them from numpy inputs."""
 
-    def __init__(self, lm, rl, actor, temperature: float, grad_reduce=None):
+    def __init__(self, lm, rl, actor, temperature: float, grad_reduce=None, max_tokens=None):
         loss = ActorLoss(clip_ratio_low=rl.clip_ratio_low, clip_ratio_high=rl.clip_ratio_high,
                          clip_ratio_c=rl.clip_ratio_c, loss_agg_mode=rl.loss_agg_mode,
                          use_kl_in_loss=rl.use_kl_in_loss and rl.kl_coef > 0, kl_penalty=rl.kl_penalty,
-                         kl_coef=rl.kl_coef, entropy_coeff=rl.entropy_coeff)
+                         kl_coef=rl.kl_coef, entropy_coeff=rl.entropy_coeff, norm_len=max_tokens)
         params = [p for p in lm.trainable_params()]
         self.params = params
         self.loss_cell = ActorLossCell(lm, loss, temperature, rl.entropy_coeff > 0)

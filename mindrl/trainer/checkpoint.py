@@ -69,7 +69,7 @@ def finalize(root: str, step: int, keep_last: int = 2) -> str:
         shutil.rmtree(final)
     os.replace(tmp, final)
     _write_text_atomic(os.path.join(root, TRACKER), str(step))
-    _prune(root, keep_last)
+    _prune(root, keep_last, step)
     return final
 
 
@@ -80,10 +80,13 @@ def _write_text_atomic(path, text):
     os.replace(tmp, path)
 
 
-def _prune(root, keep_last):
+def _prune(root, keep_last, current):
+    """Keep the newest ``keep_last`` checkpoints up to ``current``. Later-numbered ones belong to another
+    run that used the same directory: they are not ours to delete (and never outrank the one just written)."""
     if keep_last <= 0:
         return
-    steps = sorted(int(d[5:]) for d in os.listdir(root) if d.startswith("iter_") and d[5:].isdigit())
+    steps = sorted(int(d[5:]) for d in os.listdir(root)
+                   if d.startswith("iter_") and d[5:].isdigit() and int(d[5:]) <= current)
     for step in steps[:-keep_last]:
         shutil.rmtree(iter_dir(root, step), ignore_errors=True)
 

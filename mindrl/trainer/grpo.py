@@ -88,7 +88,7 @@ class GRPOTrainer:
         if self.topo.train.dp > 1:
             from mindrl.parallel.comm import AllReduceSum
             grad_reduce = AllReduceSum(self.topo.train.dp_group())
-        self.updater = ActorUpdater(self.train_net, rl, actor, gen.temperature, grad_reduce)
+        self.updater = ActorUpdater(self.train_net, rl, actor, gen.temperature, grad_reduce, max_tokens=gen.max_tokens)
         self.dataset = self._build_dataset()
         self.step = 0
         self.draws = 0
@@ -401,6 +401,12 @@ class GRPOTrainer:
             with open(os.path.join(lg.log_dir, "config.yaml"), "w") as fh:
                 fh.write(self.cfg.to_yaml())
         summary = {}
+        from mindrl.trainer import checkpoint as ck
+        tracker = os.path.join(actor.save or "", ck.TRACKER)
+        if actor.save and actor.finetune and os.path.exists(tracker) and self.topo.is_main:
+            log.warning("%s already holds checkpoints of another run (latest: %s); this run's are added beside "
+                        "them and `load` of this directory will pick the newest written", actor.save,
+                        open(tracker).read().strip())
         if ev.path:
             summary["eval_before"] = self.evaluate()
             self.logger.log(self.step, summary["eval_before"])
