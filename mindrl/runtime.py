@@ -11,9 +11,10 @@ def setup_context(mode: str = "graph", threads=None) -> None:
     import mindspore as ms
     if mode not in ("graph", "pynative"):
         raise ValueError(f"runtime.mode: {mode!r} is not one of graph, pynative")
-    if _STATE["mode"] != mode:
-        ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
-        _STATE["mode"] = mode
+    want = ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE
+    if ms.get_context("mode") != want:  # read the live context: other code may have changed it
+        ms.set_context(mode=want)
+    _STATE["mode"] = mode
     if ms.get_context("device_target") == "CPU" and _STATE["threads"] is None:
         threads = int(threads or os.environ.get("MINDRL_THREADS", 0) or os.cpu_count() or 1)
         try:

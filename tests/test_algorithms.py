@@ -6,6 +6,16 @@ import numpy as np
 import pytest
 
 import mindrl.algorithms as alg
+
+
+@pytest.fixture(autouse=True)
+def _pynative_by_default():
+    """These tests call ms.grad on Python lambdas (PyNative); other modules leave the process in GRAPH_MODE."""
+    import mindspore as ms
+    prev = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    yield
+    ms.set_context(mode=prev)
 from mindrl.algorithms.denominators import loss_denominator
 
 ms = pytest.importorskip("mindspore")

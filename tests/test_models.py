@@ -241,13 +241,16 @@ def test_yaml_model_config_matches_hf(hf_models, tmp_path):
 def test_repetition_penalty_matches_transformers(hf_models, rng):
     path, ref_model = hf_models["qwen2"]
     model = from_pretrained(path)
-    prompt = list(map(int, rng.integers(0, VOCAB, size=7)))
-    ours = generate(model, [prompt], max_new_tokens=16, repetition_penalty=1.5)[0]
-    with torch.no_grad():
-        ref = ref_model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, repetition_penalty=1.5,
-                                 eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
-    assert ours == ref
-    assert ours != generate(model, [prompt], max_new_tokens=16)[0]  # the penalty changed something
+    prompts = [list(map(int, rng.integers(0, VOCAB, size=7))) for _ in range(4)]
+    ours = generate(model, prompts, max_new_tokens=24, repetition_penalty=3.0)
+    plain = generate(model, prompts, max_new_tokens=24)
+    for prompt, out in zip(prompts, ours):
+        with torch.no_grad():
+            ref = ref_model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
+                                     repetition_penalty=3.0, eos_token_id=None,
+                                     pad_token_id=0)[0, len(prompt):].tolist()
+        assert out == ref
+    assert ours != plain  # the penalty changed something
 
 
 def test_float16_compute_is_close_to_float32(hf_models, rng):
