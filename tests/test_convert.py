@@ -46,9 +46,11 @@ def ids():
 @pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
 def test_expected_tensors_match_the_network(hf_models, arch):
     from mindrl.models.lm import build_network
+    from mindrl.models.weights import state_numpy
     config = load_model_config(hf_models[arch][0])
     net = build_network(config, init=False)
-    assert {p.name: tuple(p.shape) for p in net.get_parameters()} == expected_tensors(config)
+    # the network's tensors in the external (HF) orientation, which files use
+    assert {n: tuple(a.shape) for n, a in state_numpy(net).items()} == expected_tensors(config)
 
 
 @pytest.mark.parametrize("arch,ext", [("qwen2", ".ckpt"), ("llama", ".safetensors"), ("qwen3", ".ckpt")])

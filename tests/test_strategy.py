@@ -36,8 +36,9 @@ def axis_for(name):
 def model_axes():
     """{name: (full shape, split axis)} taken from a single-process network's parameters."""
     from mindrl.models.lm import build_network
-    net = build_network(tiny_config())
-    return {name: (tuple(p.shape), axis_for(name)) for name, p in net.parameters_and_names()}
+    from mindrl.models.weights import state_numpy
+    net = build_network(tiny_config())  # shapes in the external (HF) orientation that files use
+    return {name: (tuple(a.shape), axis_for(name)) for name, a in state_numpy(net).items()}
 
 
 def full_state(axes, seed=0, step=7.0):

@@ -104,11 +104,13 @@ def load_into(net, source, *, strict: bool = True, allow_missing=()) -> list:
     missing tensor or a shape mismatch.
     """
     import mindspore as ms
-    from mindrl.parallel.layout import full_shape, split_axes, take_shard, tp_of
+    from mindrl.parallel.layout import (external_shape, full_shape, split_axes, take_shard, to_internal, tp_of,
+                                        transposed_names)
 
     src = source if isinstance(source, TensorSource) else TensorSource(source)
     tp = tp_of(net)
     axes = split_axes(net)
+    transposed = transposed_names(net)
     used = set()
     for name, param in net.parameters_and_names():  # names relative to net: wrappers cannot rename them
         if name not in src:
@@ -118,20 +120,23 @@ def load_into(net, source, *, strict: bool = True, allow_missing=()) -> list:
                 raise CheckpointError(f"{src.path}: missing tensor {name!r} (checkpoint has {len(src.names())} tensors, "
                                       f"e.g. {src.names()[:3]})")
             continue
-        want = full_shape(param.shape, axes.get(name), tp.size)
+        t = name in transposed
+        want = external_shape(full_shape(param.shape, axes.get(name), tp.size), t)
         have = tuple(src.shape(name))
         if have != want:
             raise CheckpointError(f"{src.path}: tensor {name!r} has shape {list(have)} but the model config expects "
                                   f"{list(want)}; does the checkpoint match the config?")
-        local = take_shard(src.get(name), axes.get(name), tp.size, tp.rank)
+        local = take_shard(to_internal(src.get(name), t), axes.get(name), tp.size, tp.rank)
         param.set_data(ms.Tensor(np.ascontiguousarray(local).astype(np.float32), dtype=param.dtype))
         used.add(name)
     return [n for n in src.names() if n not in used]
 
 
 def state_numpy(net) -> Dict[str, np.ndarray]:
-    """This process's parameters as float32 numpy arrays (full tensors when tp == 1)."""
-    return {name: p.float().asnumpy() if str(p.dtype) == "BFloat16" else p.asnumpy()
+    """This process's parameters as numpy arrays in Hugging Face orientation (full tensors when tp == 1)."""
+    from mindrl.parallel.layout import to_external, transposed_names
+    transposed = transposed_names(net)
+    return {name: to_external(p.float().asnumpy() if str(p.dtype) == "BFloat16" else p.asnumpy(), name in transposed)
             for name, p in net.parameters_and_names()}
 
 

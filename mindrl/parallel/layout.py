@@ -19,13 +19,44 @@ def split_axes(net) -> Dict[str, Optional[int]]:
         tp = getattr(cell, "tp", None)
         if tp is None or tp.size == 1:
             continue
-        if isinstance(cell, (ColumnLinear, VocabEmbedding)):
-            axes[f"{prefix}.weight"] = 0
-            if getattr(cell, "bias", None) is not None:
-                axes[f"{prefix}.bias"] = 0
-        elif isinstance(cell, RowLinear):
+        if isinstance(cell, ColumnLinear):       # stored [in, out/tp]
             axes[f"{prefix}.weight"] = 1
+            if cell.bias is not None:
+                axes[f"{prefix}.bias"] = 0
+        elif isinstance(cell, RowLinear):        # stored [in/tp, out]
+            axes[f"{prefix}.weight"] = 0
+        elif isinstance(cell, VocabEmbedding):   # [vocab/tp, hidden]
+            axes[f"{prefix}.weight"] = 0
     return {name: axes.get(name) for name, _ in net.parameters_and_names()}
+
+
+def transposed_names(net) -> set:
+    """Parameters whose stored tensor is the transpose of the external (HF) one."""
+    from mindrl.parallel.layers import _Linear
+    out = set()
+    for prefix, cell in net.cells_and_names():
+        if isinstance(cell, _Linear) and getattr(cell, "transposed", False):
+            out.add(f"{prefix}.weight" if prefix else "weight")
+    return out
+
+
+def to_external(arr: np.ndarray, transposed: bool) -> np.ndarray:
+    return np.ascontiguousarray(arr.T) if transposed else arr
+
+
+def to_internal(arr: np.ndarray, transposed: bool) -> np.ndarray:
+    return np.ascontiguousarray(arr.T) if transposed else arr
+
+
+def external_axis(axis: Optional[int], transposed: bool) -> Optional[int]:
+    """The split axis in the external orientation (2-D weights only are transposed)."""
+    if axis is None or not transposed:
+        return axis
+    return 1 - axis
+
+
+def external_shape(shape, transposed: bool):
+    return tuple(reversed(tuple(shape))) if transposed else tuple(shape)
 
 
 def tp_of(net):

@@ -445,23 +445,30 @@ class GRPOTrainer:
         return split_axes(net)
 
     def _optimizer_axes(self):
-        axes = self._axes(self.train_net)
+        """(stored split axis, transposed) of every optimizer tensor: a moment is laid out like its parameter."""
+        from mindrl.parallel.layout import transposed_names
+        axes, trans = self._axes(self.train_net), transposed_names(self.train_net)
         out = {}
         for p in self.updater.optimizer.state_parameters():
             base = p.name.split(".", 1)[1] if p.name.startswith(("adam_m.", "adam_v.")) else None
-            out[p.name] = axes.get(base) if base else None
+            out[p.name] = (axes.get(base), base in trans) if base else (None, False)
         return out
 
     def _full_optimizer_state(self):
+        """Every optimizer tensor, gathered over tp, in the external (HF) orientation."""
+        from mindrl.parallel.layout import to_external
         from mindrl.parallel.reshard import gather_full_state
         named = {p.name: p for p in self.updater.optimizer.state_parameters()}
-        return gather_full_state(named, self._optimizer_axes(), self.topo.train.tp_context())
+        spec = self._optimizer_axes()
+        full = gather_full_state(named, {k: a for k, (a, _) in spec.items()}, self.topo.train.tp_context())
+        return {k: to_external(v, spec[k][1]) for k, v in full.items()}
 
     def _shard_optimizer_state(self, full: dict) -> dict:
-        from mindrl.parallel.layout import take_shard
+        from mindrl.parallel.layout import take_shard, to_internal
         tp = self.topo.train.tp_context()
-        axes = self._optimizer_axes()
-        return {k: take_shard(v, axes.get(k), tp.size, tp.rank) if k in axes else v for k, v in full.items()}
+        spec = self._optimizer_axes()
+        return {k: take_shard(to_internal(v, spec[k][1]), spec[k][0], tp.size, tp.rank) if k in spec else v
+                for k, v in full.items()}
 
     def save(self) -> str:
         """Rank 0 writes the gathered (full) policy and optimizer; every rank writes its own shards and the
@@ -477,15 +484,20 @@ class GRPOTrainer:
                  "config_fingerprint": self.cfg.fingerprint()}
         tok_dir = self.cfg.actor_config.tokenizer_name_or_path
         tok_dir = tok_dir if os.path.isdir(tok_dir) else os.path.dirname(tok_dir)
+        from mindrl.parallel.layout import to_external, transposed_names
         root = self.cfg.actor_config.save
         tp = self.topo.train.tp_context()
         params = dict(self.train_net.parameters_and_names())
+        trans = transposed_names(self.train_net)
         full = gather_full_state(params, self._axes(self.train_net), tp)
+        full = {n: to_external(v, n in trans) for n, v in full.items()}
         optim = self._full_optimizer_state()
         shards = None
-        if self.topo.world > 1:
-            shards = {name: p.asnumpy() for name, p in params.items()}
-            shards.update({p.name: p.asnumpy() for p in self.updater.optimizer.state_parameters()})
+        if self.topo.world > 1:  # this rank's shards, in the orientation the strategy file describes
+            shards = {name: to_external(p.asnumpy(), name in trans) for name, p in params.items()}
+            spec = self._optimizer_axes()
+            shards.update({p.name: to_external(p.asnumpy(), spec[p.name][1])
+                           for p in self.updater.optimizer.state_parameters()})
         path = ck.iter_dir(root, self.step)
         if self.topo.is_main:
             holder = _StateDictModel(full, self.model_config)
@@ -513,15 +525,16 @@ class GRPOTrainer:
 
     def write_strategy(self, root: str, models=None):
         """MindSpore strategy JSON per rank: ``<root>/<stage>_<model>_strategy/strategy_<rank>.json``."""
-        from mindrl.parallel.layout import full_shape
+        from mindrl.parallel.layout import external_axis, external_shape, full_shape, transposed_names
         from mindrl.parallel.strategy import write_strategy_files
         written = []
         for name, net, layout in self._stage_models():
             if models and name not in models:
                 continue
-            axes = self._axes(net)
+            axes, trans = self._axes(net), transposed_names(net)
             tp = layout.tp_context()
-            spec = {n: (full_shape(p.shape, axes[n], tp.size), axes[n]) for n, p in net.parameters_and_names()}
+            spec = {n: (external_shape(full_shape(p.shape, axes[n], tp.size), n in trans),
+                        external_axis(axes[n], n in trans)) for n, p in net.parameters_and_names()}
             directory = os.path.join(root, f"{name}_strategy")
             if self.topo.is_main:  # one layout for all ranks: the main rank writes every rank's file
                 write_strategy_files(directory, spec, layout.dp, layout.tp, self.topo.world,
