@@ -243,17 +243,19 @@ class Backbone(nn.Cell):
     def _embed(self, input_ids):
         return self.embed_tokens(input_ids).astype(self.cdt)
 
-    def construct(self, input_ids, attention_mask):
-        """input_ids/attention_mask [B, T] (mask 1 = real token; padding may be on either side)."""
+    def _rope_and_mask(self, attention_mask):
+        """Rotary tables at each token's position (padding skipped) and the additive causal+padding mask."""
         mask_i = attention_mask.astype(ms.int32)
-        positions = ops.relu(ops.cumsum(mask_i, 1) - 1)
-        cos, sin = self._rope(positions)
-        t = input_ids.shape[1]
-        causal = ops.tril(ops.ones((t, t), ms.int32))
-        allowed = causal.reshape(1, t, t) * mask_i.reshape(-1, 1, t)
+        cos, sin = self._rope(ops.relu(ops.cumsum(mask_i, 1) - 1))
+        t = attention_mask.shape[1]
+        allowed = ops.tril(ops.ones((t, t), ms.int32)).reshape(1, t, t) * mask_i.reshape(-1, 1, t)
         add_mask = ops.select(allowed > 0, ops.zeros(allowed.shape, ms.float32),
                               ops.full(allowed.shape, NEG_INF, dtype=ms.float32))
-        add_mask = add_mask.reshape(-1, 1, 1, t, t)
+        return cos, sin, add_mask.reshape(-1, 1, 1, t, t)
+
+    def construct(self, input_ids, attention_mask):
+        """input_ids/attention_mask [B, T] (mask 1 = real token; padding may be on either side)."""
+        cos, sin, add_mask = self._rope_and_mask(attention_mask)
         h = self._embed(input_ids)
         for layer in self.layers:
             h = layer(h, cos, sin, add_mask)
@@ -301,18 +303,12 @@ class CausalLM(nn.Cell):
     def construct(self, input_ids, attention_mask):
         return self.full_logits(self.model(input_ids, attention_mask))
 
-    # -- KV-cache path (driven by mindrl.rollout.kv_cache) -------------------------------------
+    # -- KV-cache path (driven by mindrl.rollout.generator) -------------------------------------
     def prefill(self, input_ids, attention_mask, k_caches, v_caches, rows):
         """Prompt [b, S] (left padded) -> last-position logits [b, V]; fills cache rows `rows`."""
         bb = self.model
-        mask_i = attention_mask.astype(ms.int32)
-        positions = ops.relu(ops.cumsum(mask_i, 1) - 1)
-        cos, sin = bb._rope(positions)
         s = input_ids.shape[1]
-        causal = ops.tril(ops.ones((s, s), ms.int32))
-        allowed = causal.reshape(1, s, s) * mask_i.reshape(-1, 1, s)
-        add_mask = ops.select(allowed > 0, ops.zeros(allowed.shape, ms.float32),
-                              ops.full(allowed.shape, NEG_INF, dtype=ms.float32)).reshape(-1, 1, 1, s, s)
+        cos, sin, add_mask = bb._rope_and_mask(attention_mask)
         h = bb._embed(input_ids)
         for i, layer in enumerate(bb.layers):
             h = layer.prefill(h, cos, sin, add_mask, k_caches[i], v_caches[i], rows)
