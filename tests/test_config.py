@@ -344,7 +344,7 @@ def test_unknown_key_inside_alias_container(ws):
     ({"rl_config": {"custom_reward_file": "rw.py"}}, "rl_config.custom_reward_file",
      ["reward file not found"]),
     ({"rl_config": {"custom_reward_file": "tok"}}, "rl_config.custom_reward_file",
-     ["expected a .py file"]),
+     ["expected file.py, file.py:function or package.module:function"]),
 ])
 def test_error_names_file_and_key(ws, extra, key, fragments):
     assert_error(error(ws, extra), key, *fragments)
@@ -542,3 +542,13 @@ def test_docs_cover_every_key():
             assert f"`{f.name}`" in doc, f"{section}.{f.name} is not documented"
     for alias in ALIASES:
         assert alias in doc, f"alias {alias} is not documented"
+
+
+def test_custom_reward_file_with_function_name(ws):
+    """`file.py:func` and `package.module:func` are accepted, as the reward loader supports them."""
+    (ws / "reward.py").write_text("def f(response, label):\n    return 1.0\n")
+    cfg = load(ws, {"rl_config": {"custom_reward_file": "reward.py:f"}})
+    assert cfg.rl_config.custom_reward_file.endswith("reward.py:f")
+    cfg = load(ws, {"rl_config": {"custom_reward_file": "mypkg.rewards:f"}})
+    assert cfg.rl_config.custom_reward_file == "mypkg.rewards:f"
+    assert_error(error(ws, {"rl_config": {"custom_reward_file": "missing.py:f"}}), "rl_config.custom_reward_file")

@@ -638,12 +638,17 @@ def _check_paths(cfg: TrainConfig, err: _Errors) -> None:
         ref.ref_model_load_path = found or ref.ref_model_load_path
 
     if rl.custom_reward_file is not None:
-        found = exists("rl_config.custom_reward_file", rl.custom_reward_file, "reward file")
-        if found is not None:
-            if not os.path.isfile(found) or not found.endswith(".py"):
-                err.add("rl_config.custom_reward_file",
-                        f"expected a .py file, got {rl.custom_reward_file!r}")
-            rl.custom_reward_file = found
+        # forms the reward loader accepts: file.py, file.py:func, package.module:func
+        target, _, func = rl.custom_reward_file.partition(":")
+        if target.endswith(".py"):
+            found = exists("rl_config.custom_reward_file", target, "reward file")
+            if found is not None:
+                if not os.path.isfile(found):
+                    err.add("rl_config.custom_reward_file", f"expected a .py file, got {rl.custom_reward_file!r}")
+                rl.custom_reward_file = found + (f":{func}" if func else "")
+        elif not func:
+            err.add("rl_config.custom_reward_file",
+                    f"expected file.py, file.py:function or package.module:function, got {rl.custom_reward_file!r}")
 
     cfg.data.path = mindrecord("data.path", cfg.data.path, allow_jsonl=False)
     if cfg.eval.path is not None:
