@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
 
 from mindrl.parallel.layers import TPContext
 
@@ -90,7 +89,3 @@ def make_layout(world: int, rank: int, tp: int, dp: Optional[int] = None, what: 
     if dp * tp != world:
         raise ValueError(f"{what}: data parallel {dp} x tensor parallel {tp} != world size {world}")
     return Layout(dp, tp, rank)
-
-
-def seed_everything_equal(seed: int) -> np.random.Generator:
-    return np.random.Generator(np.random.PCG64(seed))

@@ -5,7 +5,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from typing import Dict, Optional
+from typing import Dict
 
 
 class Timers:
@@ -93,7 +93,3 @@ def stats(prefix: str, values) -> dict:
     if v.size == 0:
         return {}
     return {f"{prefix}/mean": float(v.mean()), f"{prefix}/min": float(v.min()), f"{prefix}/max": float(v.max())}
-
-
-def maybe(value: Optional[float], default: float = 0.0) -> float:
-    return default if value is None else float(value)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
@@ -62,7 +61,3 @@ def lr_at(step: int, *, lr: float, min_lr: float, warmup: int, total: int, style
 
 def zeros_like_params(params, prefix):
     return ParameterTuple(params).clone(prefix=prefix, init="zeros")
-
-
-def global_norm_np(arrays) -> float:
-    return float(np.sqrt(sum(float((a.astype(np.float64) ** 2).sum()) for a in arrays)))
