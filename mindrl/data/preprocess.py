@@ -344,9 +344,10 @@ class _AtomicMindRecord:
     def __init__(self, out: str, schema: dict):
         from mindspore.mindrecord import FileWriter   # heavy import, only when we really write
 
+        from mindrl.io import staging_path
         self.out = out
-        directory, self.base = os.path.split(os.path.abspath(out))
-        self.tmp_dir = os.path.join(directory, f".{self.base}.tmp-{os.getpid()}")
+        self.base = os.path.basename(os.path.abspath(out))
+        self.tmp_dir = staging_path(out)
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
         os.makedirs(self.tmp_dir)
         self.writer = FileWriter(os.path.join(self.tmp_dir, self.base), shard_num=1, overwrite=True)

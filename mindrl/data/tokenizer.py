@@ -15,7 +15,38 @@ import os
 import re
 from typing import Iterable
 
-__all__ = ["Tokenizer", "TokenizerError", "load_tokenizer", "QWEN2_PRETOKENIZE_REGEX"]
+__all__ = ["Tokenizer", "TokenizerError", "load_tokenizer", "QWEN2_PRETOKENIZE_REGEX", "TOKENIZER_FILES",
+           "has_tokenizer", "copy_tokenizer_files"]
+
+# Every file that belongs to a tokenizer. "vocabulary" files are the ones load_tokenizer reads a tokenizer from
+# (vocab.json only together with merges.txt); "companion" files carry special tokens, templates and generation
+# defaults, and travel with the vocabulary whenever a model directory is written.
+TOKENIZER_FILES = {
+    "tokenizer.json": "vocabulary", "vocab.json": "vocabulary", "tokenizer.model": "vocabulary",
+    "merges.txt": "companion", "tokenizer_config.json": "companion", "special_tokens_map.json": "companion",
+    "added_tokens.json": "companion", "generation_config.json": "companion", "chat_template.jinja": "companion",
+    "chat_template.json": "companion",
+}
+VOCABULARY_FILES = tuple(f for f, kind in TOKENIZER_FILES.items() if kind == "vocabulary")
+
+
+def has_tokenizer(directory: str) -> bool:
+    """True when ``directory`` holds a file load_tokenizer can read a vocabulary from."""
+    return os.path.isdir(directory) and any(os.path.isfile(os.path.join(directory, f)) for f in VOCABULARY_FILES)
+
+
+def copy_tokenizer_files(src_dir: str | None, dst_dir: str) -> list[str]:
+    """Copy every tokenizer file of ``src_dir`` into ``dst_dir`` (so a model directory is self-contained)."""
+    import shutil
+    if not src_dir or not os.path.isdir(src_dir):
+        return []
+    copied = []
+    for fname in TOKENIZER_FILES:
+        src = os.path.join(src_dir, fname)
+        if os.path.isfile(src):
+            shutil.copyfile(src, os.path.join(dst_dir, fname))
+            copied.append(fname)
+    return copied
 
 # Qwen2/2.5/3 split text with this pattern before byte-level BPE: contractions, letter runs, single
 # digits (so numbers are always split digit by digit), punctuation runs, newlines, spaces.
@@ -442,8 +473,7 @@ def _detect(path: str, tokenizer_type: str | None, merges_file: str | None = Non
                                  f"SentencePiece or one of {sorted(set(_TYPE_ALIASES))}")
     if os.path.isdir(path):
         directory = path
-        files = {name: os.path.join(path, name) for name in
-                 ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model")
+        files = {name: os.path.join(path, name) for name in VOCABULARY_FILES + ("merges.txt",)
                  if os.path.isfile(os.path.join(path, name))}
     elif os.path.isfile(path):
         directory = os.path.dirname(os.path.abspath(path))

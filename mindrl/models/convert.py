@@ -23,25 +23,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import struct
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from mindrl.models.config import ModelConfig, ModelConfigError, load_model_config
-from mindrl.models.safetensors_io import CheckpointError, SafetensorsFile, open_hf_checkpoint, to_bf16_bits
+from mindrl.io import atomic_path, write_text
+from mindrl.models.safetensors_io import (CheckpointError, SafetensorsFile, TensorEntry, open_hf_checkpoint,
+                                         to_bf16_bits, write_hf_weights, write_safetensors)
 
 MS_SUFFIXES = (".ckpt", ".safetensors")
 YAML_SUFFIXES = (".yaml", ".yml")
 _CODE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 _DTYPE_OF_CODE = {v: k for k, v in _CODE.items()}
 _ITEMSIZE = {"F32": 4, "F16": 2, "BF16": 2}
-# Files that travel with a model directory but are not weights.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "merges.txt",
-                   "special_tokens_map.json", "added_tokens.json", "generation_config.json", "chat_template.jinja",
-                   "chat_template.json")
 DEFAULT_MAX_SHARD_BYTES = 4 * 2**30
 
 
@@ -158,6 +154,9 @@ class _Plan:
                                   f"{list(self.shapes[name])}")
         return arr
 
+    def entry(self, name) -> TensorEntry:
+        return TensorEntry(name, self.codes[name], self.shapes[name], lambda: self.encoded(name))
+
     def encoded(self, name, chunk_bytes: int = 64 * 2**20):
         """The tensor's bytes in its output dtype (little-endian), in pieces of about ``chunk_bytes``,
         so casting a 2 GB embedding does not need several 2 GB temporaries."""
@@ -182,60 +181,10 @@ class _Plan:
 # ---------------------------------------------------------------------------------------------
 # Writers
 # ---------------------------------------------------------------------------------------------
-def _stream_safetensors(path: str, plan: _Plan, names: List[str], metadata: Dict[str, str]) -> int:
-    """Write ``names`` to one safetensors file, one tensor in memory at a time. Returns bytes of data."""
-    header, offset = {}, 0
-    for n in names:
-        size = plan.nbytes(n)
-        header[n] = {"dtype": plan.codes[n], "shape": list(plan.shapes[n]), "data_offsets": [offset, offset + size]}
-        offset += size
-    header["__metadata__"] = dict(metadata)
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(head)))
-        fh.write(head)
-        for n in names:
-            written = 0
-            for blob in plan.encoded(n):
-                fh.write(blob)
-                written += len(blob)
-            if written != header[n]["data_offsets"][1] - header[n]["data_offsets"][0]:
-                raise CheckpointError(f"{plan.source.path}: tensor {n!r} has an unexpected byte size")
-    return offset
-
-
-def _write_hf_weights(directory: str, plan: _Plan, max_shard_bytes: int) -> List[str]:
-    """model.safetensors, or model-0000i-of-0000N.safetensors + model.safetensors.index.json."""
-    shards, current, size = [], [], 0
-    for n in plan.names:
-        nb = plan.nbytes(n)
-        if current and size + nb > max_shard_bytes:
-            shards.append(current)
-            current, size = [], 0
-        current.append(n)
-        size += nb
-    shards.append(current)
-    if len(shards) == 1:
-        _stream_safetensors(os.path.join(directory, "model.safetensors"), plan, shards[0], {"format": "pt"})
-        return ["model.safetensors"]
-    files, weight_map, total = [], {}, 0
-    for i, shard in enumerate(shards):
-        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        total += _stream_safetensors(os.path.join(directory, fname), plan, shard, {"format": "pt"})
-        weight_map.update({n: fname for n in shard})
-        files.append(fname)
-    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as fh:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, fh, indent=2)
-    return files + ["model.safetensors.index.json"]
-
-
 def _write_ms_ckpt(path: str, plan: _Plan) -> None:
-    import mindspore as ms
-    ms_dtype = {"F32": ms.float32, "F16": ms.float16, "BF16": ms.bfloat16}
-    items = [{"name": n, "data": ms.Tensor(np.ascontiguousarray(plan.array(n), np.float32), ms_dtype[plan.codes[n]])}
-             for n in plan.names]
-    ms.save_checkpoint(items, path)
+    from mindrl.models.weights import save_ms_checkpoint
+    save_ms_checkpoint({n: plan.array(n) for n in plan.names}, path,
+                       dtypes={n: _DTYPE_OF_CODE[plan.codes[n]] for n in plan.names})
 
 
 def _hf_config_json(config: ModelConfig, dtype: Optional[str]) -> dict:
@@ -282,48 +231,6 @@ def _check_output(output: str, overwrite: bool) -> None:
         raise ConvertError(f"{output}: parent {parent} is not a directory")
 
 
-def _swap_in(staged: str, output: str) -> None:
-    """Move the finished ``staged`` file/dir to ``output``, replacing what was there."""
-    old = None
-    if os.path.isdir(output) and not os.path.islink(output):
-        if os.listdir(output):
-            old = os.path.join(os.path.dirname(os.path.abspath(output)),
-                               f".{os.path.basename(os.path.abspath(output))}.old-{os.getpid()}")
-            os.rename(output, old)
-        else:
-            os.rmdir(output)
-    elif os.path.lexists(output) and os.path.isdir(staged):
-        os.remove(output)
-    os.replace(staged, output)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _staging_name(output: str, suffix: str = "") -> str:
-    out = os.path.abspath(output)
-    return os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{os.getpid()}{suffix}")
-
-
-def _write_text(path: str, text: str) -> None:
-    tmp = _staging_name(path)
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
-def _copy_tokenizer(src_dir: str, dst_dir: str) -> List[str]:
-    copied = []
-    for fname in TOKENIZER_FILES:
-        src = os.path.join(src_dir, fname)
-        if os.path.isfile(src):
-            shutil.copyfile(src, os.path.join(dst_dir, fname))
-            copied.append(fname)
-    return copied
-
-
-# ---------------------------------------------------------------------------------------------
-# The conversion
-# ---------------------------------------------------------------------------------------------
 def _resolve_config(input_path: str, model_config: Optional[str]) -> ModelConfig:
     if model_config is not None:
         if not os.path.exists(model_config):
@@ -371,7 +278,7 @@ def convert(input_path: str, output: str, *, model_config: Optional[str] = None,
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         text = f"# model yaml written by `mindrl convert` from {input_path}\n"
         text += yaml.safe_dump(model_yaml_dict(config), sort_keys=False, default_flow_style=False)
-        _write_text(output, text)
+        write_text(output, text)
         load_model_config(output)  # what we wrote must read back
         log(f"wrote {output} ({config.model_type}, {config.num_layers} layers, hidden {config.hidden_size})")
         return "yaml"
@@ -398,34 +305,22 @@ def convert(input_path: str, output: str, *, model_config: Optional[str] = None,
                                    f"--no-config to leave it, or write to another directory")
             write_config = not same
         os.makedirs(parent, exist_ok=True)
-        ext = ".ckpt" if output.endswith(".ckpt") else ".safetensors"
-        staged = _staging_name(output, ext)
-        try:
-            if ext == ".ckpt":
-                _write_ms_ckpt(staged, plan)
-            else:
-                _stream_safetensors(staged, plan, plan.names, {"format": "ms"})
-            _swap_in(staged, output)
-        finally:
-            if os.path.exists(staged):
-                os.remove(staged)
+        if output.endswith(".ckpt"):
+            _write_ms_ckpt(output, plan)  # staged and renamed inside
+        else:
+            write_safetensors(output, [plan.entry(n) for n in plan.names], {"format": "ms"})
         if write_config:
-            _write_text(sibling, json.dumps(hf_doc, indent=2) + "\n")
+            write_text(sibling, json.dumps(hf_doc, indent=2) + "\n")
         kind = "mindspore"
     else:
         os.makedirs(parent, exist_ok=True)
-        staged = _staging_name(output)
-        os.makedirs(staged)
-        try:
-            files = _write_hf_weights(staged, plan, max_shard_bytes)
+        from mindrl.data.tokenizer import copy_tokenizer_files
+        with atomic_path(output, directory=True) as staged:
+            files = write_hf_weights(staged, [plan.entry(n) for n in plan.names], max_shard_bytes)
             tok_src = tokenizer or (input_path if os.path.isdir(input_path) else None)
-            copied = _copy_tokenizer(tok_src, staged) if tok_src else []
+            copied = copy_tokenizer_files(tok_src, staged) if tok_src else []
             with open(os.path.join(staged, "config.json"), "w") as fh:
                 json.dump(_hf_config_json(config, plan.dtype), fh, indent=2)
-            _swap_in(staged, output)
-        finally:
-            if os.path.isdir(staged):
-                shutil.rmtree(staged, ignore_errors=True)
         if copied:
             plan.notes.append(f"copied {', '.join(copied)}")
         if len(files) > 1:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Dict, Iterable, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 import numpy as np
 
@@ -87,36 +87,72 @@ def to_bf16_bits(x: np.ndarray) -> np.ndarray:
     return ((bits + rounding) >> 16).astype(np.uint16)
 
 
-def save_safetensors(tensors: Dict[str, np.ndarray], path: str, dtype: Optional[str] = None,
-                     metadata: Optional[Dict[str, str]] = None) -> None:
-    """Write tensors atomically (temp file + rename). ``dtype``: None keeps each array's dtype, or
-    "float32" / "float16" / "bfloat16" for every floating tensor."""
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        arr = np.asarray(tensors[name])
+class TensorEntry:
+    """One tensor to write: its name, safetensors dtype code, shape, and its little-endian bytes in pieces.
+
+    Writers take entries rather than arrays so that a 2 GB embedding can be cast and written piece by piece.
+    """
+
+    def __init__(self, name: str, code: str, shape, chunks: Callable[[], Iterable[bytes]]):
+        self.name, self.code, self.shape, self.chunks = name, code, tuple(int(d) for d in shape), chunks
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * _ITEMSIZE[self.code]
+
+    @classmethod
+    def from_array(cls, name: str, array, dtype: Optional[str] = None, path: str = "") -> "TensorEntry":
+        """``dtype``: None keeps the array's dtype; "float32" / "float16" / "bfloat16" casts floating arrays."""
+        arr = np.asarray(array)
         if dtype == "bfloat16" and arr.dtype.kind == "f":
-            data, code = to_bf16_bits(arr).tobytes(), "BF16"
-        else:
-            if dtype in ("float32", "float16") and arr.dtype.kind == "f":
-                arr = arr.astype(dtype)
-            arr = np.ascontiguousarray(arr)
-            if arr.dtype not in _NAMES:
-                raise CheckpointError(f"{path}: cannot store tensor {name!r} of dtype {arr.dtype}")
-            data, code = arr.astype(arr.dtype.newbyteorder("<")).tobytes(), _NAMES[arr.dtype]
-        header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
+            return cls(name, "BF16", arr.shape, lambda: [to_bf16_bits(arr).astype("<u2").tobytes()])
+        if dtype in ("float32", "float16") and arr.dtype.kind == "f":
+            arr = arr.astype(dtype)
+        arr = np.ascontiguousarray(arr)
+        if arr.dtype not in _NAMES:
+            raise CheckpointError(f"{path}: cannot store tensor {name!r} of dtype {arr.dtype}")
+        return cls(name, _NAMES[arr.dtype], arr.shape, lambda: [arr.astype(arr.dtype.newbyteorder("<")).tobytes()])
+
+
+_ITEMSIZE = {code: np.dtype(dt).itemsize for code, dt in _DTYPES.items()}
+_ITEMSIZE["BF16"] = 2
+
+
+def write_safetensors(path: str, entries: List[TensorEntry], metadata: Optional[Dict[str, str]] = None) -> int:
+    """The one safetensors writer: header, then each entry's bytes, staged and renamed (see mindrl.io).
+
+    Returns the number of data bytes. Raises CheckpointError when an entry yields another size than its header.
+    """
+    from mindrl.io import atomic_path
+    header, offset = {}, 0
+    for e in entries:
+        header[e.name] = {"dtype": e.code, "shape": list(e.shape), "data_offsets": [offset, offset + e.nbytes]}
+        offset += e.nbytes
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)  # keep the data section 8-byte aligned
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(struct.pack("<Q", len(head)))
-        fh.write(head)
-        for blob in blobs:
-            fh.write(blob)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(struct.pack("<Q", len(head)))
+            fh.write(head)
+            for e in entries:
+                written = 0
+                for blob in e.chunks():
+                    fh.write(blob)
+                    written += len(blob)
+                if written != e.nbytes:
+                    raise CheckpointError(f"{path}: tensor {e.name!r} produced {written} bytes, expected {e.nbytes}")
+            fh.flush()
+            os.fsync(fh.fileno())
+    return offset
+
+
+def save_safetensors(tensors: Dict[str, np.ndarray], path: str, dtype: Optional[str] = None,
+                     metadata: Optional[Dict[str, str]] = None) -> None:
+    """Write numpy tensors (sorted by name). ``dtype``: None keeps each array's dtype, or
+    "float32" / "float16" / "bfloat16" for every floating tensor."""
+    write_safetensors(path, [TensorEntry.from_array(n, tensors[n], dtype, path) for n in sorted(tensors)], metadata)
 
 
 def open_hf_checkpoint(directory: str) -> Dict[str, SafetensorsFile]:
@@ -149,32 +185,35 @@ def open_hf_checkpoint(directory: str) -> Dict[str, SafetensorsFile]:
     raise CheckpointError(f"{directory}: no model.safetensors or model.safetensors.index.json found")
 
 
-def save_sharded(tensors: Dict[str, np.ndarray], directory: str, dtype: Optional[str] = None,
-                 max_shard_bytes: int = 4 * 2**30) -> Iterable[str]:
-    """Write HF-style model.safetensors (or shards + index when larger than ``max_shard_bytes``)."""
+def write_hf_weights(directory: str, entries: List[TensorEntry], max_shard_bytes: int = 4 * 2**30) -> List[str]:
+    """HF weights in ``directory``: ``model.safetensors``, or ``model-0000i-of-0000N.safetensors`` shards plus
+    ``model.safetensors.index.json`` when larger than ``max_shard_bytes``. Returns the file names written."""
+    from mindrl.io import write_json
     os.makedirs(directory, exist_ok=True)
-    itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}.get(dtype or "", 4)
-    shards, current, size = [], {}, 0
-    for name in sorted(tensors):
-        nbytes = int(np.asarray(tensors[name]).size) * itemsize
-        if current and size + nbytes > max_shard_bytes:
+    shards, current, size = [], [], 0
+    for e in entries:
+        if current and size + e.nbytes > max_shard_bytes:
             shards.append(current)
-            current, size = {}, 0
-        current[name] = tensors[name]
-        size += nbytes
+            current, size = [], 0
+        current.append(e)
+        size += e.nbytes
     shards.append(current)
     if len(shards) == 1:
-        path = os.path.join(directory, "model.safetensors")
-        save_safetensors(shards[0], path, dtype, {"format": "pt"})
-        return [path]
-    names, weight_map = [], {}
+        write_safetensors(os.path.join(directory, "model.safetensors"), shards[0], {"format": "pt"})
+        return ["model.safetensors"]
+    files, weight_map, total = [], {}, 0
     for i, shard in enumerate(shards):
         fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_safetensors(shard, os.path.join(directory, fname), dtype, {"format": "pt"})
-        names.append(fname)
-        weight_map.update({k: fname for k in shard})
-    tmp = os.path.join(directory, "model.safetensors.index.json.tmp")
-    with open(tmp, "w") as fh:
-        json.dump({"metadata": {}, "weight_map": weight_map}, fh, indent=2)
-    os.replace(tmp, os.path.join(directory, "model.safetensors.index.json"))
-    return names
+        total += write_safetensors(os.path.join(directory, fname), shard, {"format": "pt"})
+        weight_map.update({e.name: fname for e in shard})
+        files.append(fname)
+    write_json(os.path.join(directory, "model.safetensors.index.json"),
+               {"metadata": {"total_size": total}, "weight_map": weight_map})
+    return files + ["model.safetensors.index.json"]
+
+
+def save_sharded(tensors: Dict[str, np.ndarray], directory: str, dtype: Optional[str] = None,
+                 max_shard_bytes: int = 4 * 2**30) -> List[str]:
+    """Numpy tensors as HF weights (see :func:`write_hf_weights`)."""
+    entries = [TensorEntry.from_array(n, tensors[n], dtype, directory) for n in sorted(tensors)]
+    return write_hf_weights(directory, entries, max_shard_bytes)

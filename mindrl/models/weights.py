@@ -13,6 +13,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
+from mindrl.io import write_json
 from mindrl.models.safetensors_io import CheckpointError, SafetensorsFile, open_hf_checkpoint, save_sharded
 
 # MindFormers / MindRLHF llama-style names -> HF names, so their .ckpt files load too.
@@ -34,6 +35,59 @@ _MINDFORMERS_RENAMES = [
 ]
 
 
+# Where the weights are inside a mindrl training checkpoint (mindrl/trainer/checkpoint.py writes them):
+# `<save>/latest_checkpointed_iteration.txt` names the newest `iter_*` directory, which holds one subdirectory
+# per trained role; checkpoints from before roles existed hold the policy's files at the `iter_*` root.
+TRACKER = "latest_checkpointed_iteration.txt"
+TRAINER_STATE = "trainer_state.json"
+
+
+def iter_dir(root: str, step: int) -> str:
+    return os.path.join(root, f"iter_{step:07d}")
+
+
+def resolve(load: str) -> str:
+    """A checkpoint directory from ``load``: a save root (uses the tracker) or an ``iter_*`` directory."""
+    if not os.path.exists(load):
+        raise CheckpointError(f"{load}: checkpoint directory not found")
+    tracker = os.path.join(load, TRACKER)
+    if os.path.exists(tracker):
+        with open(tracker) as fh:
+            text = fh.read().strip()
+        if not text.isdigit():
+            raise CheckpointError(f"{tracker}: expected an iteration number, found {text!r}")
+        return iter_dir(load, int(text))
+    return load
+
+
+def is_training_checkpoint(directory: str) -> bool:
+    return os.path.isdir(directory) and (os.path.exists(os.path.join(directory, TRAINER_STATE))
+                                         or os.path.exists(os.path.join(directory, TRACKER)))
+
+
+def role_dir(directory: str, role: str) -> str:
+    """Where ``role``'s files are in checkpoint ``directory`` (the newer one-subdirectory-per-role layout, or,
+    for the policy, the older layout with its files at the root)."""
+    sub = os.path.join(directory, role)
+    if os.path.isdir(sub):
+        return sub
+    if role == "policy" and os.path.exists(os.path.join(directory, "config.json")):
+        return directory
+    raise CheckpointError(f"{directory}: the checkpoint holds no {role} (no {role}/ subdirectory)")
+
+
+def weights_path(load: str, role: str = "policy") -> str:
+    """The weights to load for ``role`` from ``load``: an HF directory or a weights file as given, or the
+    role's directory inside a mindrl checkpoint (a save root or an ``iter_*`` directory)."""
+    if os.path.isfile(load):
+        return load
+    directory = resolve(load)
+    if is_training_checkpoint(directory):
+        return role_dir(directory, role)
+    return directory
+
+
+
 def canonical_name(name: str) -> str:
     for pattern, repl in _MINDFORMERS_RENAMES:
         name = re.sub(pattern, repl, name)
@@ -49,6 +103,7 @@ class TensorSource:
         self._shape: Dict[str, tuple] = {}
         self.extras: Dict[str, np.ndarray] = {}
         if os.path.isdir(path):
+            path = self.path = weights_path(path)  # a mindrl training checkpoint: its policy
             for name, f in open_hf_checkpoint(path).items():
                 self._add(name, f)
         elif path.endswith(".safetensors"):
@@ -150,29 +205,29 @@ def save_hf(net, config, directory: str, dtype: Optional[str] = None, tokenizer_
     hf = config.to_hf_dict()
     if dtype:
         hf["torch_dtype"] = dtype
-    tmp = os.path.join(directory, "config.json.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(hf, fh, indent=2)
-    os.replace(tmp, os.path.join(directory, "config.json"))
+    write_json(os.path.join(directory, "config.json"), hf)
+    from mindrl.data.tokenizer import copy_tokenizer_files
     copy_tokenizer_files(tokenizer_dir, directory)
 
 
-def copy_tokenizer_files(tokenizer_dir: Optional[str], directory: str) -> None:
-    """Copy tokenizer files next to exported weights, so the directory is self-contained."""
-    if not tokenizer_dir or not os.path.isdir(tokenizer_dir):
-        return
-    import shutil
-    for fname in os.listdir(tokenizer_dir):
-        if fname.startswith("tokenizer") or fname in ("vocab.json", "merges.txt", "special_tokens_map.json",
-                                                       "generation_config.json"):
-            shutil.copy(os.path.join(tokenizer_dir, fname), os.path.join(directory, fname))
+def save_ms_checkpoint(tensors: Dict[str, np.ndarray], path: str, append: Optional[dict] = None,
+                       dtypes: Optional[Dict[str, str]] = None) -> str:
+    """The one MindSpore checkpoint writer (.ckpt or .safetensors, by extension), staged then renamed.
 
-
-def save_ms_checkpoint(tensors: Dict[str, np.ndarray], path: str, append: Optional[dict] = None) -> None:
-    """A MindSpore checkpoint (.ckpt or .safetensors, by extension), written to a temp name then renamed."""
+    ``dtypes`` maps names to "float32" / "float16" / "bfloat16" (default: each array's own dtype). The staging
+    name is hidden and keeps the extension last, so MindSpore adds none and ``transform_checkpoints``, which
+    globs ``*.ckpt``, never picks up a leftover.
+    """
     import mindspore as ms
+    from mindrl.io import atomic_path
     fmt = "safetensors" if path.endswith(".safetensors") else "ckpt"
-    tmp = f"{path[:-len(fmt) - 1]}.tmp-{os.getpid()}.{fmt}"
-    items = [{"name": k, "data": ms.Tensor(np.ascontiguousarray(v))} for k, v in tensors.items()]
-    ms.save_checkpoint(items, tmp, format=fmt, append_dict=append or None)
-    os.replace(tmp, path)
+    ms_dtype = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
+    items = []
+    for name, value in tensors.items():
+        arr = np.ascontiguousarray(value)
+        want = (dtypes or {}).get(name)
+        data = ms.Tensor(arr.astype(np.float32), ms_dtype[want]) if want else ms.Tensor(arr)
+        items.append({"name": name, "data": data})
+    with atomic_path(path, suffix=f".{fmt}") as tmp:
+        ms.save_checkpoint(items, tmp, format=fmt, append_dict=append or None)
+    return path

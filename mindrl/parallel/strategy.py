@@ -23,11 +23,11 @@ from __future__ import annotations
 import glob
 import json
 import os
-import tempfile
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mindrl.io import write_text
 from mindrl.parallel.layout import take_shard
 
 Axes = Mapping[str, Tuple[Sequence[int], Optional[int]]]
@@ -93,20 +93,6 @@ def strategy_json(axes: Axes, dp: int, tp: int, include_optimizer: bool = True) 
     return {"current_stage": 0, "parallel_strategy_item": {}, "parallel_layout_item": items}
 
 
-def _atomic_write(path: str, write) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def strategy_path(directory: str, rank: int) -> str:
     return os.path.join(directory, f"strategy_{rank}.json")
 
@@ -123,7 +109,7 @@ def write_strategy_files(directory: str, axes: Axes, dp: int, tp: int, world: in
     paths = []
     for rank in range(world):
         path = strategy_path(directory, rank)
-        _atomic_write(path, lambda fh: fh.write(text))
+        write_text(path, text)
         paths.append(path)
     return paths
 
@@ -160,23 +146,12 @@ def save_rank_checkpoint(directory: str, rank: int, tensors: Mapping[str, np.nda
     ``fmt`` is ``"ckpt"`` or ``"safetensors"``. ``transform_checkpoints`` takes either, but not a mix
     in one directory.
     """
-    import mindspore as ms
+    from mindrl.models.weights import save_ms_checkpoint
     if fmt not in ("ckpt", "safetensors"):
         raise ValueError(f"fmt must be 'ckpt' or 'safetensors', got {fmt!r}")
     path = rank_checkpoint_path(directory, rank, fmt)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    # the temp name must not end in .ckpt/.safetensors: transform_checkpoints globs the rank directory
-    # and takes the last file by name, so a leftover temp file would be picked up
-    tmp = f"{path}.tmp-{os.getpid()}"
-    items = [{"name": name, "data": ms.Tensor(np.ascontiguousarray(value))} for name, value in tensors.items()]
-    try:
-        ms.save_checkpoint(items, tmp, format=fmt, append_dict=append or None)
-        written = tmp if os.path.exists(tmp) else f"{tmp}.{fmt}"  # save_checkpoint may add the suffix
-        os.replace(written, path)
-    finally:
-        for leftover in (tmp, f"{tmp}.{fmt}"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+    save_ms_checkpoint(dict(tensors), path, append=append)
     return path
 
 

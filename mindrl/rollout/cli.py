@@ -5,9 +5,6 @@ import argparse
 import os
 import sys
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mindrl generate",
                                 description="Generate continuations with mindrl's KV-cache rollout and print them.")
@@ -53,7 +50,8 @@ def _parse_ids(text: str):
 def _find_tokenizer(args):
     if args.tokenizer:
         return args.tokenizer
-    if os.path.isdir(args.model) and any(os.path.exists(os.path.join(args.model, f)) for f in _TOKENIZER_FILES):
+    from mindrl.data.tokenizer import has_tokenizer
+    if has_tokenizer(args.model):
         return args.model
     return None
 
