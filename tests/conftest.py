@@ -60,6 +60,37 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture
+def pynative_mode():
+    """For tests that call ms.grad on Python lambdas (PyNative); other modules leave the process in GRAPH_MODE."""
+    import mindspore as ms
+    prev = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    yield
+    ms.set_context(mode=prev)
+
+
+def tiny_run_settings(d, log_dir, **over) -> dict:
+    """Config overrides of the tests' small run on a ``make_grpo_workdir`` directory: 4 prompts x 4 samples,
+    one update per step, the dense ``ones`` reward next to ``last_number``, nothing saved, no eval."""
+    settings = {
+        "rl_config.train_iters": 1, "rl_config.global_batch_size": 4, "rl_config.n_samples_per_prompt": 4,
+        "rl_config.mini_batch_size": 16, "rl_config.micro_batch_size": 8, "rl_config.dynamic_sampling": "false",
+        "rl_config.verifier_function": "[last_number,ones]", "rl_config.verifier_weight": "[1.0,1.0]",
+        "rl_config.custom_reward_file": str(d / "digits.py"),
+        "actor_config.model": str(d / "policy"), "actor_config.load": str(d / "policy"),
+        "actor_config.tokenizer_name_or_path": os.path.join(ROOT, "examples", "tiny", "tokenizer"),
+        "actor_config.lr": 1e-3, "actor_config.lr_warmup_iters": 0, "actor_config.save": "null",
+        "actor_config.save_interval": 0, "data.path": str(d / "train.mindrecord"), "eval.path": "null",
+        "logging.log_dir": str(log_dir), "logging.progress_bar": "false"}
+    settings.update(over)
+    return settings
+
+
+def as_overrides(settings: dict) -> list:
+    return [f"{k}={v}" for k, v in settings.items()]
+
+
 def make_grpo_workdir(d):
     """A random tiny Qwen2 policy (HF dir) and prompt/held-out MindRecords made with `mindrl preprocess`."""
     import sys

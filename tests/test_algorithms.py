@@ -8,14 +8,7 @@ import pytest
 import mindrl.algorithms as alg
 
 
-@pytest.fixture(autouse=True)
-def _pynative_by_default():
-    """These tests call ms.grad on Python lambdas (PyNative); other modules leave the process in GRAPH_MODE."""
-    import mindspore as ms
-    prev = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    yield
-    ms.set_context(mode=prev)
+pytestmark = pytest.mark.usefixtures("pynative_mode")  # ms.grad on Python lambdas needs PyNative
 from mindrl.algorithms.denominators import loss_denominator
 
 ms = pytest.importorskip("mindspore")
@@ -274,18 +267,19 @@ def test_loss_denominator():
 
 
 def test_registries():
-    assert alg.get_advantage_estimator("grpo") is alg.grpo_advantages
-    assert alg.get_advantage_estimator("gae").uses_critic
-    assert not alg.get_advantage_estimator("dr_grpo").uses_critic
+    assert alg.get_advantage_estimator("grpo").name == "grpo"
+    assert alg.get_advantage_estimator("gae").needs_critic
+    assert not alg.get_advantage_estimator("dr_grpo").needs_critic
     with pytest.raises(ValueError, match="dr_grpo.*gae.*grpo"):
-        alg.get_advantage_estimator("rloo")
+        alg.get_advantage_estimator("ppo")
     for a, b in [("k1", "kl"), ("k2", "mse"), ("k3", "low_var_kl")]:
         assert kl_mod.get_kl_estimator(a) is kl_mod.get_kl_estimator(b)
     with pytest.raises(ValueError, match="low_var_kl"):
         kl_mod.get_kl_estimator("k4")
     assert losses.get_policy_loss("vanilla") is losses.policy_loss
+    assert losses.get_policy_loss("gspo") is losses.gspo_policy_loss
     with pytest.raises(ValueError, match="vanilla"):
-        losses.get_policy_loss("gspo")
+        losses.get_policy_loss("cispo")
 
 
 def test_numpy_modules_do_not_import_mindspore():

@@ -187,32 +187,130 @@ def gae_advantages(token_rewards, values, response_mask, gamma=1.0, lam=0.95, wh
 
 
 # ---------------------------------------------------------------------------------------------
+# more outcome estimators (RLOO, REINFORCE++ and its group-baseline variant)
+
+
+def rloo_advantages(scores, groups):
+    """RLOO (Ahmadian et al. 2024): each sample's baseline is the mean reward of the *other* samples of its group,
+    ``A_i = r_i - (sum_g - r_i) / (n_g - 1)``, i.e. ``n/(n-1) * (r_i - mean_g)``. No std scaling, no whitening.
+    A group of one has no other sample to compare with and gets 0. Returns float32 [N]."""
+    r = np.asarray(scores, dtype=np.float64).reshape(-1)
+    gid = group_ids(groups, r.shape[0])
+    if r.size == 0:
+        return np.zeros(0, np.float32)
+    mean, _, count, _ = _group_stats(r, gid)
+    adv = (r - mean) * count / np.maximum(count - 1.0, 1.0)
+    adv[count < 2] = 0.0
+    return adv.astype(np.float32)
+
+
+def discounted_returns(token_rewards, response_mask, gamma=1.0):
+    """``G_t = r_t + gamma * G_{t+1}`` over each response's tokens, right to left; the carried return is reset at
+    masked positions, so padding never leaks into a response. Returns float64 [N, T] (0 where masked)."""
+    r = np.asarray(token_rewards, np.float64)
+    m = np.asarray(response_mask, np.float64)
+    out = np.zeros_like(r)
+    running = np.zeros(r.shape[0])
+    for t in range(r.shape[1] - 1, -1, -1):
+        running = r[:, t] + gamma * running
+        out[:, t] = running
+        running = running * m[:, t]
+    return out * m
+
+
+def reinforce_plus_plus_advantages(token_rewards, response_mask, gamma=1.0):
+    """REINFORCE++ (Hu 2025): the token-level discounted return of the (KL-shaped) rewards, whitened over every
+    valid token of the batch. Returns (advantages, returns), float32 [N, T]."""
+    ret = discounted_returns(token_rewards, response_mask, gamma)
+    return masked_whiten_np(ret, response_mask), ret.astype(np.float32)
+
+
+def reinforce_plus_plus_baseline_advantages(scores, groups, response_mask):
+    """REINFORCE++-baseline: subtract the group mean from each sequence reward, copy it to the tokens, then
+    whiten over every valid token of the batch. Returns float32 [N, T]."""
+    r = np.asarray(scores, np.float64).reshape(-1)
+    gid = group_ids(groups, r.shape[0])
+    mean, _, _, _ = _group_stats(r, gid)
+    m = np.asarray(response_mask, np.float64)
+    return masked_whiten_np((r - mean)[:, None] * m, m)
+
+
+# ---------------------------------------------------------------------------------------------
 # registry (rl_config.adv_estimator)
+
+class AdvantageEstimator:
+    """A registry entry: the estimator and what it needs from the run.
+
+    ``compute(inputs)`` takes an :class:`AdvantageInputs` and returns ``(advantages [N, T], returns [N, T] or
+    None)`` in float32. ``needs_critic``: values from a value model. ``needs_groups``: several samples per prompt.
+    ``token_level``: reads per-token rewards (KL in the reward shapes every token); the others read each
+    sequence's total. ``options``: the rl_config keys it reads (the config refuses them for other estimators).
+    """
+
+    def __init__(self, name, compute, needs_critic=False, needs_groups=False, token_level=False, options=()):
+        self.name, self.compute = name, compute
+        self.needs_critic, self.needs_groups, self.token_level = needs_critic, needs_groups, token_level
+        self.options = tuple(options)
+
+
+class AdvantageInputs:
+    """What an estimator may read. ``sequence_rewards`` [N] float64 (each row's reward total),
+    ``token_rewards`` [N, T], ``mask`` [N, T] (the tokens that enter the loss), ``groups`` [N] (prompt ids),
+    ``values`` [N, T] or None, ``options`` {key: value} of rl_config."""
+
+    def __init__(self, sequence_rewards, token_rewards, mask, groups, values=None, options=None):
+        self.sequence_rewards, self.token_rewards, self.mask = sequence_rewards, token_rewards, mask
+        self.groups, self.values, self.options = groups, values, dict(options or {})
+
 
 ADVANTAGE_ESTIMATORS = {}
 
 
-def register_advantage_estimator(name, uses_critic=False):
-    """Decorator: register ``fn`` as ``rl_config.adv_estimator: name``.
-
-    ``uses_critic`` tells the trainer whether the estimator needs a value model (token-level
-    rewards and values, like ``gae``) or only one score per sample and the groups (like ``grpo``).
-    """
+def register_advantage_estimator(name, needs_critic=False, needs_groups=False, token_level=False, options=()):
+    """Decorator: register ``compute(inputs: AdvantageInputs) -> (advantages, returns)`` as
+    ``rl_config.adv_estimator: name``."""
 
     def deco(fn):
-        fn.uses_critic = uses_critic
-        ADVANTAGE_ESTIMATORS[name] = fn
+        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_critic, needs_groups, token_level, options)
         return fn
 
     return deco
 
 
-register_advantage_estimator("grpo")(grpo_advantages)
-register_advantage_estimator("dr_grpo")(dr_grpo_advantages)
-register_advantage_estimator("gae", uses_critic=True)(gae_advantages)
+@register_advantage_estimator("grpo", needs_groups=True, options=("norm_adv_by_std",))
+def _grpo(x):
+    adv = grpo_advantages(x.sequence_rewards, x.groups, norm_adv_by_std=x.options.get("norm_adv_by_std", True))
+    return broadcast_to_tokens(adv, x.mask), None
 
 
-def get_advantage_estimator(name):
+@register_advantage_estimator("dr_grpo", needs_groups=True)
+def _dr_grpo(x):
+    return broadcast_to_tokens(dr_grpo_advantages(x.sequence_rewards, x.groups), x.mask), None
+
+
+@register_advantage_estimator("rloo", needs_groups=True)
+def _rloo(x):
+    return broadcast_to_tokens(rloo_advantages(x.sequence_rewards, x.groups), x.mask), None
+
+
+@register_advantage_estimator("reinforce_plus_plus", token_level=True, options=("gamma",))
+def _reinforce_pp(x):
+    return reinforce_plus_plus_advantages(x.token_rewards, x.mask, x.options.get("gamma", 1.0))
+
+
+@register_advantage_estimator("reinforce_plus_plus_baseline", needs_groups=True)
+def _reinforce_pp_baseline(x):
+    return reinforce_plus_plus_baseline_advantages(x.sequence_rewards, x.groups, x.mask), None
+
+
+@register_advantage_estimator("gae", needs_critic=True, token_level=True,
+                              options=("gamma", "lam", "advantage_whiten"))
+def _gae(x):
+    return gae_advantages(x.token_rewards, x.values, x.mask, x.options.get("gamma", 1.0), x.options.get("lam", 0.95),
+                          whiten=x.options.get("advantage_whiten", True))
+
+
+def get_advantage_estimator(name) -> AdvantageEstimator:
     try:
         return ADVANTAGE_ESTIMATORS[name]
     except KeyError:

@@ -20,8 +20,8 @@ LOSS_AGG_MODES = (
     "seq-mean-token-sum-norm",
 )
 
-# policy loss variants (only the clipped PPO surrogate for now)
-POLICY_LOSS_NAMES = ("vanilla",)
+# rl_config.policy_loss: the clipped token-level PPO surrogate, or GSPO's sequence-level ratio
+POLICY_LOSS_NAMES = ("vanilla", "gspo")
 
 
 def canonical_kl_name(name):
