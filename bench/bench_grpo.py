@@ -79,8 +79,8 @@ def run_mindrl(d, a):
             "logging.progress_bar": "false", "logging.tensorboard": "false", "runtime.threads": a.threads}
     cfg = load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"),
                             [f"{k}={v}" for k, v in over.items()])
-    from mindrl.trainer.grpo import GRPOTrainer
-    t = GRPOTrainer(cfg)
+    from mindrl.trainer import RLTrainer
+    t = RLTrainer(cfg)
     times, tps, split = [], [], []
     for _ in range(a.steps):
         m = t.train_step()

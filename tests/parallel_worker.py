@@ -83,13 +83,13 @@ def check_layers(hf_dir, out):
 
 def run_grpo(out, config, overrides):
     from mindrl.config import load_train_config
-    from mindrl.trainer.grpo import GRPOTrainer
+    from mindrl.trainer import RLTrainer
     cfg = load_train_config(config, overrides)
-    trainer = GRPOTrainer(cfg)
+    trainer = RLTrainer(cfg)
     metrics = trainer.train_step()
-    if trainer.actor_save_requested() if hasattr(trainer, "actor_save_requested") else cfg.actor_config.save:
+    if cfg.actor_config.save:
         trainer.save()
-    if trainer.topo.rank == 0:
+    if trainer.run.topo.rank == 0:
         with open(out, "w") as fh:
             json.dump({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, fh)
 

@@ -94,14 +94,15 @@ def assert_error(msg, key, *fragments):
 
 EXPECTED_DEFAULTS = {
     "rl_config": dict(
-        adv_estimator="grpo", n_samples_per_prompt=8, global_batch_size=16, mini_batch_size=128,
-        micro_batch_size=8, ppo_epochs=1, train_iters=100, clip_ratio=0.2, clip_ratio_low=0.2,
-        clip_ratio_high=0.2, clip_ratio_c=None, kl_penalty="low_var_kl", kl_coef=0.0,
-        use_kl_in_loss=True, entropy_coeff=0.0, loss_agg_mode="token-mean", norm_adv_by_std=True,
+        adv_estimator="grpo", policy_loss="vanilla", n_samples_per_prompt=8, global_batch_size=16,
+        mini_batch_size=128, micro_batch_size=8, ppo_epochs=1, train_iters=100, clip_ratio=0.2,
+        clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=None, kl_penalty="low_var_kl", kl_coef=0.0,
+        use_kl_in_reward=False, use_kl_in_loss=True, kl_ctrl_type="fixed", kl_target=0.1, kl_horizon=10000,
+        entropy_coeff=0.0, loss_agg_mode="token-mean", norm_adv_by_std=True,
         verifier_function=["acc"], verifier_weight=[1.0], custom_reward_file=None,
         verifier_timeout=5.0, dynamic_sampling=False, max_num_gen_batches=4,
         overlong_buffer_len=0, overlong_penalty_factor=1.0, mask_truncated_completions=False,
-        gamma=1.0, lam=0.95),
+        gamma=1.0, lam=0.95, advantage_whiten=True),
     "actor_config": dict(
         model="model_configs/tiny.yaml", tokenizer_name_or_path="tok", load=None, save=None,
         finetune=True, no_load_optim=False, no_load_rng=False, save_interval=0, keep_last=2,
@@ -134,14 +135,17 @@ def test_minimal_config_gets_documented_defaults(ws):
 
 FULL = {
     "rl_config": dict(
-        adv_estimator="grpo", n_samples_per_prompt=4, global_batch_size=8, mini_batch_size=16,
-        micro_batch_size=4, ppo_epochs=2, train_iters=50, clip_ratio=0.25, clip_ratio_low=0.2,
-        clip_ratio_high=0.28, clip_ratio_c=3.0, kl_penalty="k3", kl_coef=0.01,
-        use_kl_in_loss=False, entropy_coeff=0.001, loss_agg_mode="seq-mean-token-sum-norm",
+        # one consistent config: keys other estimators read (gamma, lam, advantage_whiten) keep their
+        # defaults, as does clip_ratio (both of its sides are given); each is tested on its own below
+        adv_estimator="grpo", policy_loss="vanilla", n_samples_per_prompt=4, global_batch_size=8,
+        mini_batch_size=16, micro_batch_size=4, ppo_epochs=2, train_iters=50, clip_ratio=0.2,
+        clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, kl_penalty="k3", kl_coef=0.01,
+        use_kl_in_reward=True, use_kl_in_loss=False, kl_ctrl_type="adaptive", kl_target=0.5, kl_horizon=500,
+        entropy_coeff=0.001, loss_agg_mode="seq-mean-token-sum-norm",
         norm_adv_by_std=False, verifier_function=["acc", "format"], verifier_weight=[1.0, 0.5],
         custom_reward_file="reward.py", verifier_timeout=2.5, dynamic_sampling=True,
         max_num_gen_batches=3, overlong_buffer_len=32, overlong_penalty_factor=0.5,
-        mask_truncated_completions=True, gamma=0.99, lam=0.9),
+        mask_truncated_completions=True, gamma=1.0, lam=0.95, advantage_whiten=True),
     "actor_config": dict(
         model="hf", tokenizer_name_or_path="hf", load="ckpt", save="out", finetune=False,
         no_load_optim=True, no_load_rng=True, save_interval=10, keep_last=0, lr=1e-5,
@@ -200,10 +204,10 @@ def test_derived_defaults_follow_other_keys(ws):
     assert cfg.ref.ref_model_load_path == "hf"  # null -> actor_config.load
 
 
-def test_gae_allows_one_sample_per_prompt(ws):
-    cfg = load(ws, {"rl_config": {"adv_estimator": "gae", "n_samples_per_prompt": 1,
-                                  "global_batch_size": 16}})
-    assert cfg.rl_config.mini_batch_size == 16
+def test_reinforce_plus_plus_allows_one_sample_per_prompt(ws):
+    cfg = load(ws, {"rl_config": {"adv_estimator": "reinforce_plus_plus", "n_samples_per_prompt": 1,
+                                  "global_batch_size": 16, "gamma": 0.99}})
+    assert cfg.rl_config.mini_batch_size == 16 and cfg.rl_config.gamma == 0.99
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,7 +299,7 @@ def test_unknown_key_inside_alias_container(ws):
     ({"rl_config": {"kl_penalty": "foo"}}, "rl_config.kl_penalty",
      ["invalid value 'foo'", "kl, k1, mse, k2, low_var_kl, k3, abs"]),
     ({"rl_config": {"adv_estimator": "GRPO"}}, "rl_config.adv_estimator",
-     ["grpo, dr_grpo, gae", "did you mean 'grpo'?"]),
+     ["grpo, dr_grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae", "did you mean 'grpo'?"]),
     ({"runtime": {"mode": "eager"}}, "runtime.mode", ["graph, pynative"]),
     ({"actor_config": {"compute_dtype": "bf16"}}, "actor_config.compute_dtype", ["bfloat16"]),
     # rules spanning several keys
@@ -442,6 +446,7 @@ def test_overrides_change_values(ws):
         "rl_config.dynamic_sampling=true",
         "actor_config.save=out",
         "actor_config.save=out2",  # last one wins
+        "eval.path=heldout.jsonl",
         "eval.interval=3",
         "logging.name=007",
         "rl_config.clip_ratio_c=null",
@@ -552,3 +557,87 @@ def test_custom_reward_file_with_function_name(ws):
     cfg = load(ws, {"rl_config": {"custom_reward_file": "mypkg.rewards:f"}})
     assert cfg.rl_config.custom_reward_file == "mypkg.rewards:f"
     assert_error(error(ws, {"rl_config": {"custom_reward_file": "missing.py:f"}}), "rl_config.custom_reward_file")
+
+
+# ---------------------------------------------------------------------------------------------
+# keys the run would not act on are refused, naming the key; combinations that cannot work too
+
+@pytest.mark.parametrize("extra, key, fragments", [
+    ({"rl_config": {"adv_estimator": "gae"}}, "rl_config.adv_estimator", ["needs a critic", "critic_config"]),
+    ({"rl_config": {"use_kl_in_reward": True}}, "rl_config.kl_coef", ["is 0", "use_kl_in_reward is true"]),
+    ({"rl_config": {"use_kl_in_loss": False}}, "rl_config.kl_coef", ["use_kl_in_loss: false puts the KL into the reward"]),
+    ({"rl_config": {"use_kl_in_reward": True, "use_kl_in_loss": True, "kl_coef": 0.1}},
+     "rl_config.use_kl_in_reward", ["both true", "applied twice"]),
+    ({"rl_config": {"use_kl_in_reward": False, "use_kl_in_loss": False, "kl_coef": 0.1}},
+     "rl_config.kl_coef", ["would go nowhere"]),
+    ({"rl_config": {"kl_ctrl_type": "adaptive", "kl_coef": 0.1}}, "rl_config.kl_ctrl_type",
+     ["needs rl_config.use_kl_in_reward: true"]),
+    ({"rl_config": {"kl_target": 6.0}}, "rl_config.kl_target", ["has no effect", "adaptive"]),
+    ({"rl_config": {"kl_horizon": 100}}, "rl_config.kl_horizon", ["has no effect", "adaptive"]),
+    ({"rl_config": {"kl_penalty": "k1"}}, "rl_config.kl_penalty", ["has no effect", "kl_coef is 0"]),
+    ({"rl_config": {"gamma": 0.99}}, "rl_config.gamma",
+     ["has no effect", "'grpo' does not use it", "gae, reinforce_plus_plus"]),
+    ({"rl_config": {"adv_estimator": "rloo", "lam": 0.9}}, "rl_config.lam", ["'rloo' does not use it", "gae"]),
+    ({"rl_config": {"advantage_whiten": False}}, "rl_config.advantage_whiten", ["has no effect"]),
+    ({"rl_config": {"adv_estimator": "rloo", "norm_adv_by_std": False}}, "rl_config.norm_adv_by_std",
+     ["only grpo scales advantages"]),
+    ({"rl_config": {"adv_estimator": "reinforce_plus_plus", "dynamic_sampling": True}},
+     "rl_config.dynamic_sampling", ["needs groups"]),
+    ({"rl_config": {"max_num_gen_batches": 2}}, "rl_config.max_num_gen_batches", ["dynamic sampling is off"]),
+    ({"rl_config": {"overlong_penalty_factor": 2.0}}, "rl_config.overlong_penalty_factor",
+     ["overlong penalty is off"]),
+    ({"rl_config": {"policy_loss": "gspo", "clip_ratio_c": 3.0}}, "rl_config.clip_ratio_c", ["no dual clip"]),
+    ({"rl_config": {"policy_loss": "gspo", "loss_agg_mode": "token-mean"}}, "rl_config.loss_agg_mode",
+     ["needs seq-mean-token-mean"]),
+    ({"rl_config": {"clip_ratio": 0.3, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28}}, "rl_config.clip_ratio",
+     ["both given"]),
+    ({"actor_config": {"keep_last": 5}}, "actor_config.keep_last", ["nothing is saved"]),
+    ({"actor_config": {"min_lr": 1e-8}}, "actor_config.min_lr", ["lr_decay_style is constant"]),
+    ({"actor_config": {"no_load_optim": False}}, "actor_config.no_load_optim", ["finetune: true starts a new run"]),
+    ({"ref": {"ref_model_load_path": "hf"}}, "ref.ref_model_load_path", ["no reference model without a KL term"]),
+    ({"eval": {"interval": 5}}, "eval.interval", ["no evaluation without eval.path"]),
+    ({"runtime": {"compile_cache_path": "cc"}}, "runtime.compile_cache_path", ["enable_compile_cache is false"]),
+    ({"runtime": {"strategy_dir": "st"}}, "runtime.strategy_dir", ["only_save_strategy"]),
+])
+def test_ignored_or_impossible_settings_are_refused(ws, extra, key, fragments):
+    assert_error(error(ws, extra), key, *fragments)
+
+
+def test_explicit_switch_keeps_its_dependent_keys(ws):
+    """A DAPO yaml run with dynamic sampling switched off keeps its max_num_gen_batches: the user said so."""
+    cfg = load(ws, {"rl_config": {"max_num_gen_batches": 2}}, overrides=["rl_config.dynamic_sampling=false"])
+    assert cfg.rl_config.max_num_gen_batches == 2 and not cfg.rl_config.dynamic_sampling
+    cfg = load(ws, {"rl_config": {"kl_coef": 0.0, "kl_penalty": "kl", "lam": 0.95}})  # MindSpeed-RL PPO yaml habits
+    assert cfg.rl_config.kl_penalty == "kl"
+
+
+def test_kl_placement_resolution(ws):
+    cfg = load(ws, {"rl_config": {"kl_coef": 0.05}})
+    assert cfg.rl_config.use_kl_in_loss and not cfg.rl_config.use_kl_in_reward
+    cfg = load(ws, {"rl_config": {"kl_coef": 0.05, "use_kl_in_reward": True, "kl_ctrl_type": "adaptive",
+                                  "kl_target": 2.0, "kl_horizon": 50}})
+    assert cfg.rl_config.use_kl_in_reward and cfg.rl_config.use_kl_in_loss is False
+    cfg = load(ws, {"rl_config": {"kl_coef": 0.05, "use_kl_in_loss": False}})  # the older spelling
+    assert cfg.rl_config.use_kl_in_reward and cfg.rl_config.use_kl_in_loss is False
+
+
+def test_gspo_gets_its_own_clip_range_and_aggregation(ws):
+    cfg = load(ws, {"rl_config": {"policy_loss": "gspo"}})
+    assert (cfg.rl_config.clip_ratio_low, cfg.rl_config.clip_ratio_high) == (3e-4, 4e-4)
+    assert cfg.rl_config.loss_agg_mode == "seq-mean-token-mean"
+    cfg = load(ws, {"rl_config": {"policy_loss": "gspo", "clip_ratio_high": 5e-4}})
+    assert (cfg.rl_config.clip_ratio_low, cfg.rl_config.clip_ratio_high) == (3e-4, 5e-4)
+
+
+@pytest.mark.parametrize("alias, canonical", [("group_norm", "grpo"), ("reinforce", "reinforce_plus_plus"),
+                                              ("reinforce_baseline", "reinforce_plus_plus_baseline")])
+def test_estimator_names_of_other_frameworks(ws, alias, canonical):
+    assert load(ws, {"rl_config": {"adv_estimator": alias}}).rl_config.adv_estimator == canonical
+
+
+def test_schema_names_match_the_registries():
+    from mindrl.algorithms import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, POLICY_LOSS_NAMES
+    from mindrl.config import schema
+    assert set(schema.ADV_ESTIMATORS) == set(ADVANTAGE_ESTIMATORS)
+    assert set(schema.POLICY_LOSSES) == set(POLICY_LOSS_NAMES)
+    assert set(schema.KL_CONTROLLERS) == set(KL_CONTROLLERS)

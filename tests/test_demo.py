@@ -13,7 +13,7 @@ def test_demo_grpo_raises_heldout_accuracy(tmp_path):
     import task
     from mindrl.config import load_train_config
     from mindrl.data.preprocess import cli_main
-    from mindrl.trainer.grpo import GRPOTrainer
+    from mindrl.trainer import RLTrainer
     task.write_jsonl(str(tmp_path / "train.jsonl"), task.training_ids(20000, seed=2))
     task.write_jsonl(str(tmp_path / "heldout.jsonl"), task.heldout_ids())
     ds_cfg = os.path.join(ROOT, "configs", "datasets", "tiny_math.yaml")
@@ -26,7 +26,7 @@ def test_demo_grpo_raises_heldout_accuracy(tmp_path):
         f"actor_config.save={tmp_path / 'ckpt'}", f"logging.log_dir={tmp_path / 'logs'}",
         "logging.progress_bar=false"])
     os.chdir(ROOT)
-    summary = GRPOTrainer(cfg).fit()
+    summary = RLTrainer(cfg).fit()
     before = summary["eval_before"]["eval/last_number/mean"]
     after = summary["eval_after"]["eval/last_number/mean"]
     print(f"held-out accuracy {before:.3f} -> {after:.3f}")

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOKENIZER = os.path.join(ROOT, "examples", "tiny", "tokenizer")
 sys.path.insert(0, os.path.join(ROOT, "examples", "tiny"))
 
 METRICS = ["timing/all", "timing/rollout", "timing/old_log_p", "timing/reference_model", "timing/update",
@@ -26,26 +25,18 @@ def workdir(tmp_path_factory):
 
 
 def make_config(workdir, run, **over):
+    from conftest import as_overrides, tiny_run_settings
     from mindrl.config import load_train_config
-    base = {
-        "rl_config.train_iters": 4, "rl_config.global_batch_size": 4, "rl_config.n_samples_per_prompt": 4,
-        "rl_config.mini_batch_size": 16, "rl_config.micro_batch_size": 8, "rl_config.dynamic_sampling": "false",
-        "rl_config.verifier_function": "[last_number,ones]", "rl_config.verifier_weight": "[1.0,1.0]",
-        "rl_config.custom_reward_file": str(workdir / "digits.py"),
-        "actor_config.model": str(workdir / "policy"), "actor_config.load": str(workdir / "policy"),
-        "actor_config.tokenizer_name_or_path": TOKENIZER, "actor_config.lr": 1e-3, "actor_config.lr_warmup_iters": 0,
-        "actor_config.save": str(workdir / run / "ckpt"), "actor_config.save_interval": 2,
-        "data.path": str(workdir / "train.mindrecord"), "eval.path": str(workdir / "heldout.mindrecord"),
-        "eval.interval": 0, "logging.log_dir": str(workdir / run / "logs"), "logging.progress_bar": "false",
-    }
-    base.update(over)
-    return load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"),
-                             [f"{k}={v}" for k, v in base.items()])
+    settings = tiny_run_settings(workdir, workdir / run / "logs", **{
+        "rl_config.train_iters": 4, "actor_config.save": str(workdir / run / "ckpt"), "actor_config.save_interval": 2,
+        "eval.path": str(workdir / "heldout.mindrecord"), "eval.interval": 0})
+    settings.update(over)
+    return load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"), as_overrides(settings))
 
 
 def run(cfg):
-    from mindrl.trainer.grpo import GRPOTrainer
-    trainer = GRPOTrainer(cfg)
+    from mindrl.trainer import RLTrainer
+    trainer = RLTrainer(cfg)
     trainer.fit()
     return trainer
 
@@ -80,13 +71,38 @@ def test_metrics_checkpoints_and_resume_trajectory(workdir):
     assert all(np.allclose(wa[k], wb[k], rtol=1e-5, atol=1e-7) for k in wa)
 
 
+def test_checkpoint_of_the_previous_layout_still_loads(workdir, tmp_path):
+    """Before roles, a checkpoint held the policy's files at the iter_* root. Such a checkpoint still resumes
+    (repeating the uninterrupted run) and still loads as weights."""
+    import shutil
+    from mindrl.io import write_json
+    from mindrl.models import from_pretrained
+    old = tmp_path / "old" / "iter_0000002"
+    shutil.copytree(workdir / "full" / "ckpt" / "iter_0000002" / "policy", old)
+    shutil.copy(workdir / "full" / "ckpt" / "iter_0000002" / "trainer_state.json", old)
+    files = {str(f.relative_to(old)): f.stat().st_size for f in old.rglob("*") if f.is_file()}
+    write_json(str(old / "manifest.json"), {"step": 2, "files": files})
+    (tmp_path / "old" / "latest_checkpointed_iteration.txt").write_text("2")
+    ids = np.array([[5, 9, 143, 150, 10, 144]], np.int32)
+    assert np.allclose(from_pretrained(str(tmp_path / "old")).logits(ids),
+                       from_pretrained(str(workdir / "full" / "ckpt" / "iter_0000002")).logits(ids), atol=0)
+    run(make_config(workdir, "from_old", **{"actor_config.finetune": "false",
+                                             "actor_config.load": str(tmp_path / "old")}))
+    full = [r for r in read_metrics(workdir / "full" / "logs" / "metrics.jsonl") if "timing/all" in r]
+    again = [r for r in read_metrics(workdir / "from_old" / "logs" / "metrics.jsonl") if "timing/all" in r]
+    assert [r["step"] for r in again] == [3, 4]
+    for a, b in zip(full[2:], again):
+        for key in ("grpo/score/mean", "actor/pg_loss", "actor/grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+
+
 def test_exported_policy_loads_in_transformers(workdir):
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     from mindrl.models import from_pretrained
     path = workdir / "full" / "ckpt" / "iter_0000004"
-    ours = from_pretrained(str(path))
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path)).eval()
+    ours = from_pretrained(str(path))  # a training checkpoint: its policy
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path / "policy")).eval()
     ids = np.array([[5, 9, 143, 150, 10, 144]], np.int32)
     with torch.no_grad():
         ref = theirs(torch.tensor(ids, dtype=torch.long)).logits.numpy()
@@ -99,21 +115,21 @@ def test_corrupt_checkpoint_is_named(workdir, tmp_path):
     from mindrl.trainer import checkpoint as ck
     bad = tmp_path / "iter_0000002"
     shutil.copytree(workdir / "full" / "ckpt" / "iter_0000002", bad)
-    with open(bad / "optimizer.safetensors", "r+b") as fh:
+    with open(bad / "policy" / "optimizer.safetensors", "r+b") as fh:
         fh.truncate(100)
-    with pytest.raises(CheckpointError, match=r"optimizer\.safetensors: size 100 differs from the manifest"):
+    with pytest.raises(CheckpointError, match=r"policy/optimizer\.safetensors: size 100 differs from the manifest"):
         ck.load_trainer_state(str(bad))
 
 
 def test_gradient_accumulation_matches_one_big_micro_batch(workdir):
     """micro_batch 4 x 4 accumulated == one micro-batch of 16: same update (exact denominators)."""
-    from mindrl.trainer.grpo import GRPOTrainer
+    from mindrl.trainer import RLTrainer
     weights = []
     for micro in (16, 4):
         cfg = make_config(workdir, f"acc{micro}", **{"rl_config.micro_batch_size": micro,
                                                      "rl_config.train_iters": 1, "actor_config.save": "null",
                                                      "actor_config.save_interval": 0, "eval.path": "null"})
-        t = GRPOTrainer(cfg)
+        t = RLTrainer(cfg)
         t.fit()
         weights.append(t.policy.state_dict())
     a, b = weights
@@ -124,11 +140,11 @@ def test_gradient_accumulation_matches_one_big_micro_batch(workdir):
 
 
 def test_single_update_reuses_rollout_log_probs(workdir):
-    from mindrl.trainer.grpo import GRPOTrainer
-    one = GRPOTrainer(make_config(workdir, "one", **{"rl_config.train_iters": 1, "actor_config.save": "null",
+    from mindrl.trainer import RLTrainer
+    one = RLTrainer(make_config(workdir, "one", **{"rl_config.train_iters": 1, "actor_config.save": "null",
                                                     "actor_config.save_interval": 0, "eval.path": "null"}))
     m1 = one.train_step()
-    two = GRPOTrainer(make_config(workdir, "two", **{"rl_config.train_iters": 1, "rl_config.mini_batch_size": 8,
+    two = RLTrainer(make_config(workdir, "two", **{"rl_config.train_iters": 1, "rl_config.mini_batch_size": 8,
                                                     "actor_config.save": "null", "actor_config.save_interval": 0,
                                                     "eval.path": "null"}))
     m2 = two.train_step()
@@ -140,18 +156,20 @@ def test_single_update_reuses_rollout_log_probs(workdir):
 
 def test_pg_loss_at_ratio_one_matches_numpy(workdir):
     """At ratio 1 the token-mean surrogate is -sum(A * mask) / sum(mask): check one micro-step against numpy."""
-    from mindrl.trainer.grpo import GRPOTrainer
-    t = GRPOTrainer(make_config(workdir, "pg", **{"rl_config.train_iters": 1, "actor_config.save": "null",
+    from mindrl.trainer import RLTrainer
+    t = RLTrainer(make_config(workdir, "pg", **{"rl_config.train_iters": 1, "actor_config.save": "null",
                                                  "actor_config.save_interval": 0, "eval.path": "null"}))
     rng = np.random.default_rng(0)
     ids = rng.integers(3, 150, size=(8, 16)).astype(np.int32)
     attn = np.ones_like(ids)
     resp = np.ones((8, 8), np.float32)
     resp[3, 5:] = 0
-    old = t.policy.log_probs(ids, attn)[:, -8:].astype(np.float64)
+    from mindrl.models.lm import PretrainedLM
+    old = PretrainedLM(t.policy.net, t.run.model_config).log_probs(ids, attn)[:, -8:].astype(np.float64)
     adv = rng.normal(size=(8, 1)).astype(np.float32) * resp
     denom = float(resp.sum())
-    loss, pg, clipfrac, ppo_kl, kl, ent = t.updater.micro_step(ids, attn, resp, old, adv, np.zeros_like(old), denom)
+    loss, pg, clipfrac, ppo_kl, kl, ent = t.policy.updater.micro_step(
+        [ids, attn, resp, old, adv, np.zeros_like(old)], denom)
     assert pg == pytest.approx(-(adv.astype(np.float64) * resp).sum() / denom, rel=1e-4, abs=1e-6)
     assert abs(ppo_kl) < 1e-5
 
@@ -171,16 +189,18 @@ def test_pruning_never_deletes_the_checkpoint_just_written(tmp_path):
     """A new run saving into a directory with higher-numbered checkpoints of an older run."""
     from mindrl.trainer import checkpoint as ck
 
-    class Policy:
-        def save_pretrained(self, d, tokenizer_dir=None):
-            os.makedirs(d, exist_ok=True)
-            open(os.path.join(d, "model.safetensors"), "w").write("x")
+    def save(root, step):
+        pending = ck.begin(root, step)
+        os.makedirs(os.path.join(pending, "policy"))
+        open(os.path.join(pending, "policy", "model.safetensors"), "w").write("x")
+        ck.save_trainer_state(pending, {"step": step})
+        ck.finalize(root, step, keep_last=2)
 
     root = str(tmp_path)
     for step in (30, 60):  # the older run
-        ck.save_checkpoint(root, step, Policy(), {}, {"step": step}, keep_last=2)
+        save(root, step)
     for step in (5, 10, 15):  # the new run, keep_last=2
-        ck.save_checkpoint(root, step, Policy(), {}, {"step": step}, keep_last=2)
+        save(root, step)
     assert sorted(os.listdir(root)) == ["iter_0000010", "iter_0000015", "iter_0000030", "iter_0000060",
                                         "latest_checkpointed_iteration.txt"]
     assert ck.resolve(root).endswith("iter_0000015")

@@ -54,15 +54,10 @@ def test_two_node_grpo_step(two_hosts, tmp_path, tmp_path_factory):
     d = make_grpo_workdir(tmp_path_factory.mktemp("twonode"))
     (d / "digits.py").write_text("from mindrl.rewards import register_reward\n\n@register_reward('chars')\n"
                                  "def chars(response, label):\n    return sum(ord(c) % 7 for c in response) / 40.0\n")
-    over = [f"{k}={v}" for k, v in {
-        "rl_config.train_iters": 1, "rl_config.global_batch_size": 4, "rl_config.n_samples_per_prompt": 4,
-        "rl_config.mini_batch_size": 16, "rl_config.micro_batch_size": 4, "rl_config.dynamic_sampling": "false",
-        "rl_config.verifier_function": "[chars]", "rl_config.verifier_weight": "[1.0]",
-        "rl_config.custom_reward_file": str(d / "digits.py"), "actor_config.model": str(d / "policy"),
-        "actor_config.load": str(d / "policy"), "actor_config.lr": 1e-3, "actor_config.lr_warmup_iters": 0,
-        "actor_config.save": "null", "actor_config.save_interval": 0, "data.path": str(d / "train.mindrecord"),
-        "eval.path": "null", "logging.log_dir": str(d / "logs"), "logging.progress_bar": "false",
-        "generate_config.infer_tensor_parallel_size": 2, "actor_config.tensor_model_parallel_size": 1}.items()]
+    from conftest import as_overrides, tiny_run_settings
+    over = as_overrides(tiny_run_settings(d, d / "logs", **{
+        "rl_config.micro_batch_size": 4, "rl_config.verifier_function": "[chars]", "rl_config.verifier_weight": "[1.0]",
+        "generate_config.infer_tensor_parallel_size": 2, "actor_config.tensor_model_parallel_size": 1}))
     env = dict(os.environ, GLOG_v="3", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     msrun = os.path.join(os.path.dirname(sys.executable), "msrun")
     procs = []

@@ -11,7 +11,6 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "parallel_worker.py")
-TOKENIZER = os.path.join(ROOT, "examples", "tiny", "tokenizer")
 CONFIG = os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml")
 
 pytestmark = pytest.mark.msrun
@@ -67,16 +66,10 @@ def grpo_dir(tmp_path_factory):
 
 
 def grpo_overrides(d, run):
-    return [f"{k}={v}" for k, v in {
-        "rl_config.train_iters": 1, "rl_config.global_batch_size": 4, "rl_config.n_samples_per_prompt": 4,
-        "rl_config.mini_batch_size": 16, "rl_config.micro_batch_size": 8, "rl_config.dynamic_sampling": "false",
+    from conftest import as_overrides, tiny_run_settings
+    return as_overrides(tiny_run_settings(d, d / run / "logs", **{
         "rl_config.verifier_function": "[chars]", "rl_config.verifier_weight": "[1.0]",
-        "rl_config.custom_reward_file": str(d / "digits.py"),
-        "actor_config.model": str(d / "policy"), "actor_config.load": str(d / "policy"),
-        "actor_config.tokenizer_name_or_path": TOKENIZER, "actor_config.lr": 1e-3, "actor_config.lr_warmup_iters": 0,
-        "actor_config.save": str(d / run / "ckpt"), "actor_config.save_interval": 1,
-        "data.path": str(d / "train.mindrecord"), "eval.path": "null", "logging.log_dir": str(d / run / "logs"),
-        "logging.progress_bar": "false"}.items()]
+        "actor_config.save": str(d / run / "ckpt"), "actor_config.save_interval": 1}))
 
 
 def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path):
@@ -106,7 +99,7 @@ def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path
     assert max(float(np.abs(wa.get(n) - init.get(n)).max()) for n in wa.names()) > 1e-5  # it did update
 
     # the 2-rank checkpoint carries per-rank shards and a strategy file that MindSpore can merge offline
-    par_ck = d / "par" / "ckpt" / "iter_0000001"
+    par_ck = d / "par" / "ckpt" / "iter_0000001" / "policy"
     assert (par_ck / "rank_checkpoints" / "rank_1" / "checkpoint_1.ckpt").exists()
     assert (par_ck / "strategy" / "train_policy_strategy" / "strategy_0.json").exists()
 
@@ -120,7 +113,7 @@ def test_train_tp2_checkpoint_merges_offline_with_mindspore(grpo_dir, tmp_path):
           str(tmp_path / "log"))
     m = json.loads((tmp_path / "tp2.json").read_text())
     assert np.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] > 0
-    ck = d / "tp2" / "ckpt" / "iter_0000001"
+    ck = d / "tp2" / "ckpt" / "iter_0000001" / "policy"
     strategy = ck / "strategy" / "train_policy_strategy" / "strategy_0.json"
     layout = json.loads(strategy.read_text())["parallel_layout_item"]
     assert layout["model.layers.0.self_attn.q_proj.weight"]["tensor_map"] == [0, -1]

@@ -465,19 +465,31 @@ def _walk(cls: type, raw: Any, prefix: str, err: _Errors) -> Any:
 # derived defaults and cross-key rules
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+# GSPO's clip range (Zheng et al. 2025, sec. 5.1): the sequence-level ratio moves far less than a token's
+_GSPO_CLIP = (3e-4, 4e-4)
 
 
 def _resolve_defaults(cfg: TrainConfig, explicit: set[str], name: str) -> None:
     rl = cfg.rl_config
     if rl.mini_batch_size is None:
         rl.mini_batch_size = rl.global_batch_size * rl.n_samples_per_prompt
+    gspo = rl.policy_loss == "gspo" and "rl_config.clip_ratio" not in explicit
     if rl.clip_ratio_low is None:
-        rl.clip_ratio_low = rl.clip_ratio
+        rl.clip_ratio_low = _GSPO_CLIP[0] if gspo else rl.clip_ratio
     if rl.clip_ratio_high is None:
-        rl.clip_ratio_high = rl.clip_ratio
+        rl.clip_ratio_high = _GSPO_CLIP[1] if gspo else rl.clip_ratio
+    if rl.policy_loss == "gspo" and "rl_config.loss_agg_mode" not in explicit:
+        rl.loss_agg_mode = "seq-mean-token-mean"
     if rl.adv_estimator == "dr_grpo" and "rl_config.norm_adv_by_std" not in explicit:
         rl.norm_adv_by_std = False
+    # `use_kl_in_loss: false` is mindrl's older spelling of "KL as a reward penalty"
+    if ("rl_config.use_kl_in_loss" in explicit and rl.use_kl_in_loss is False
+            and "rl_config.use_kl_in_reward" not in explicit):
+        rl.use_kl_in_reward = True
+    if rl.use_kl_in_loss is None:
+        rl.use_kl_in_loss = not rl.use_kl_in_reward
     if cfg.data.seed is None:
         cfg.data.seed = cfg.runtime.seed
     if cfg.eval.max_tokens is None:
@@ -487,12 +499,77 @@ def _resolve_defaults(cfg: TrainConfig, explicit: set[str], name: str) -> None:
     cfg.logging.log_dir = cfg.logging.log_dir.replace("<name>", cfg.logging.name)
 
 
+def _default(key: str):
+    section, name = key.split(".")
+    f = _section_fields(section)[name]
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
 def _check_rules(cfg: TrainConfig, explicit: set[str], err: _Errors) -> None:
+    from mindrl.algorithms import get_advantage_estimator
     rl, actor, gen = cfg.rl_config, cfg.actor_config, cfg.generate_config
-    if rl.adv_estimator in ("grpo", "dr_grpo") and rl.n_samples_per_prompt < 2:
+    values = {f"{s}.{k}": v for s, sec in cfg.to_dict().items() for k, v in sec.items()}
+
+    def inert(key: str, why: str, switch: str | None = None) -> None:
+        """A key the run would not act on: refused when the user set it to something other than its default,
+        unless the user also set the ``switch`` that turns it off (then they know, e.g. a DAPO yaml run with
+        ``rl_config.dynamic_sampling=false`` keeps its max_num_gen_batches)."""
+        if key in explicit and values[key] != _default(key) and switch not in explicit:
+            err.add(key, f"{_show(values[key])} has no effect: {why}; remove it")
+
+    est = get_advantage_estimator(rl.adv_estimator)
+    if est.needs_groups and rl.n_samples_per_prompt < 2:
         err.add("rl_config.n_samples_per_prompt",
                 f"must be >= 2 for adv_estimator {rl.adv_estimator!r} (the group baseline needs "
                 f"more than one response per prompt), got {rl.n_samples_per_prompt}")
+    if est.needs_critic:
+        err.add("rl_config.adv_estimator",
+                f"{rl.adv_estimator!r} needs a critic (a value model), and this config has no critic_config "
+                f"section; add one, or pick an estimator without a critic: grpo, dr_grpo, rloo, "
+                f"reinforce_plus_plus, reinforce_plus_plus_baseline")
+    users = lambda key: ", ".join(sorted(n for n, e in _estimators().items() if key in e.options))  # noqa: E731
+    for key in ("gamma", "lam", "advantage_whiten"):
+        if key not in est.options:
+            inert(f"rl_config.{key}", f"adv_estimator {rl.adv_estimator!r} does not use it (used by: {users(key)})")
+    if rl.adv_estimator not in ("grpo", "dr_grpo"):
+        inert("rl_config.norm_adv_by_std", f"only grpo scales advantages by the group std, not "
+                                           f"{rl.adv_estimator!r}")
+    if rl.dynamic_sampling and not est.needs_groups:
+        err.add("rl_config.dynamic_sampling",
+                f"drops prompts whose samples all scored the same, which needs groups of samples; "
+                f"adv_estimator {rl.adv_estimator!r} has none")
+
+    # KL: in the loss, in the reward, or nowhere
+    if rl.use_kl_in_loss and rl.use_kl_in_reward:
+        err.add("rl_config.use_kl_in_reward",
+                "and rl_config.use_kl_in_loss are both true: the KL would be applied twice; choose one")
+    if rl.use_kl_in_reward and rl.kl_coef == 0:
+        why = ("rl_config.use_kl_in_loss: false puts the KL into the reward" if "rl_config.use_kl_in_reward"
+               not in explicit else "rl_config.use_kl_in_reward is true")
+        err.add("rl_config.kl_coef", f"is 0 but {why}; set kl_coef > 0 (alias init_kl_coef), or drop the KL keys")
+    if not rl.use_kl_in_loss and not rl.use_kl_in_reward and rl.kl_coef > 0:
+        err.add("rl_config.kl_coef", f"{_fmt_num(rl.kl_coef)} but use_kl_in_loss and use_kl_in_reward are both "
+                                     f"false: the KL would go nowhere")
+    if rl.kl_ctrl_type == "adaptive" and not rl.use_kl_in_reward:
+        err.add("rl_config.kl_ctrl_type", "adaptive adjusts the coefficient of a KL reward penalty; it needs "
+                                          "rl_config.use_kl_in_reward: true")
+    if rl.kl_ctrl_type != "adaptive":
+        for key in ("kl_target", "kl_horizon"):
+            inert(f"rl_config.{key}", "only the adaptive KL controller reads it (rl_config.kl_ctrl_type: adaptive)",
+                  "rl_config.kl_ctrl_type")
+    if rl.kl_coef == 0:
+        inert("rl_config.kl_penalty", "kl_coef is 0, so there is no KL term; set rl_config.kl_coef",
+              "rl_config.kl_coef")
+
+    if rl.policy_loss == "gspo":
+        if rl.clip_ratio_c is not None:
+            err.add("rl_config.clip_ratio_c", "GSPO clips the sequence ratio and has no dual clip; remove it")
+        if rl.loss_agg_mode != "seq-mean-token-mean":
+            err.add("rl_config.loss_agg_mode", f"{rl.loss_agg_mode!r}: GSPO's sequence-level objective needs "
+                                               f"seq-mean-token-mean (the default with policy_loss gspo)")
+    if "rl_config.clip_ratio_low" in explicit and "rl_config.clip_ratio_high" in explicit:
+        inert("rl_config.clip_ratio", "clip_ratio_low and clip_ratio_high are both given")
+
     total = rl.global_batch_size * rl.n_samples_per_prompt
     if total % rl.mini_batch_size:
         err.add("rl_config.mini_batch_size",
@@ -519,10 +596,19 @@ def _check_rules(cfg: TrainConfig, explicit: set[str], err: _Errors) -> None:
         err.add("rl_config.overlong_buffer_len",
                 f"{rl.overlong_buffer_len} must be smaller than generate_config.max_tokens = "
                 f"{gen.max_tokens}")
+    if rl.overlong_buffer_len == 0:
+        inert("rl_config.overlong_penalty_factor", "the overlong penalty is off (rl_config.overlong_buffer_len: 0)",
+              "rl_config.overlong_buffer_len")
+    if not rl.dynamic_sampling:
+        inert("rl_config.max_num_gen_batches", "dynamic sampling is off (rl_config.dynamic_sampling: false)",
+              "rl_config.dynamic_sampling")
 
     if actor.min_lr > actor.lr:
         err.add("actor_config.min_lr",
                 f"{_fmt_num(actor.min_lr)} is larger than lr = {_fmt_num(actor.lr)}")
+    if actor.lr_decay_style == "constant":
+        inert("actor_config.min_lr", "lr_decay_style is constant (min_lr is the floor of cosine/linear decay)",
+              "actor_config.lr_decay_style")
     if actor.lr_warmup_fraction is not None and actor.lr_warmup_iters > 0:
         err.add("actor_config.lr_warmup_fraction",
                 f"cannot be combined with lr_warmup_iters = {actor.lr_warmup_iters}; set only one")
@@ -535,18 +621,43 @@ def _check_rules(cfg: TrainConfig, explicit: set[str], err: _Errors) -> None:
         err.add("actor_config.load",
                 "is required when finetune is false (resuming needs the checkpoint directory "
                 "to restore step, optimizer, rng and data position from)")
+    if actor.finetune:
+        for key in ("no_load_optim", "no_load_rng"):
+            if f"actor_config.{key}" in explicit and values[f"actor_config.{key}"] is False:
+                err.add(f"actor_config.{key}", "false has no effect: finetune: true starts a new run and restores "
+                                               "no optimizer or RNG state; set finetune: false to resume")
     if not actor.finetune and cfg.ref.ref_model_load_path is None and rl.kl_coef > 0:
         err.add("ref.ref_model_load_path",
                 "is required when actor_config.finetune is false and kl_coef > 0: the resumed "
                 "checkpoint holds the trained actor, so give the original weights for the "
                 "reference model (MindSpeed-RL spelling: "
                 "rl_config.integrated_mode_config.ref_model_load_path)")
+    if rl.kl_coef == 0:
+        for key in ("ref.ref_model_load_path", "ref.model"):
+            if key in explicit and values[key] is not None:
+                err.add(key, "has no effect: there is no reference model without a KL term (rl_config.kl_coef "
+                             "is 0); remove it")
     if actor.save_interval > 0 and actor.save is None:
         err.add("actor_config.save_interval",
                 f"is {actor.save_interval} but actor_config.save is not set; give a save directory")
+    if actor.save is None:
+        inert("actor_config.keep_last", "nothing is saved (actor_config.save is not set)", "actor_config.save")
     if gen.min_tokens > gen.max_tokens:
         err.add("generate_config.min_tokens",
                 f"{gen.min_tokens} is larger than max_tokens = {gen.max_tokens}")
+    if cfg.eval.path is None:
+        for key in ("interval", "num_samples", "max_tokens"):
+            inert(f"eval.{key}", "there is no evaluation without eval.path", "eval.path")
+    if not cfg.runtime.enable_compile_cache:
+        inert("runtime.compile_cache_path", "runtime.enable_compile_cache is false", "runtime.enable_compile_cache")
+    if not cfg.runtime.only_save_strategy:
+        inert("runtime.strategy_dir", "strategy files go there only with runtime.only_save_strategy (or `mindrl "
+                                      "export-strategy`); checkpoints carry their own", "runtime.only_save_strategy")
+
+
+def _estimators():
+    from mindrl.algorithms import ADVANTAGE_ESTIMATORS
+    return ADVANTAGE_ESTIMATORS
 
 
 def _where(path: str) -> str:
@@ -612,10 +723,10 @@ def _check_paths(cfg: TrainConfig, err: _Errors) -> None:
     tok = exists("actor_config.tokenizer_name_or_path", actor.tokenizer_name_or_path, "tokenizer")
     if tok is not None:
         actor.tokenizer_name_or_path = tok
-        if os.path.isdir(tok) and not any(os.path.exists(os.path.join(tok, f))
-                                          for f in _TOKENIZER_FILES):
+        from mindrl.data.tokenizer import VOCABULARY_FILES, has_tokenizer
+        if os.path.isdir(tok) and not has_tokenizer(tok):
             err.add("actor_config.tokenizer_name_or_path",
-                    f"directory {tok!r} contains none of {', '.join(_TOKENIZER_FILES)}")
+                    f"directory {tok!r} contains none of {', '.join(VOCABULARY_FILES)}")
 
     if actor.load is not None:
         load = exists("actor_config.load", actor.load, "checkpoint")

@@ -44,7 +44,10 @@ def _opt(default: Any = dataclasses.MISSING, *, help: str, factory: Any = datacl
     return field(default=default, metadata=meta)
 
 
-ADV_ESTIMATORS = ("grpo", "dr_grpo", "gae")
+# the advantage-estimator registry's names (mindrl.algorithms.ADVANTAGE_ESTIMATORS; a test keeps them equal)
+ADV_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae")
+POLICY_LOSSES = ("vanilla", "gspo")
+KL_CONTROLLERS = ("fixed", "adaptive")
 KL_PENALTIES = ("kl", "k1", "mse", "k2", "low_var_kl", "k3", "abs")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                   "seq-mean-token-sum-norm")
@@ -55,8 +58,12 @@ RUN_MODES = ("graph", "pynative")
 
 @dataclass(kw_only=True)
 class RLConfig:
-    adv_estimator: str = _opt("grpo", choices=ADV_ESTIMATORS, value_aliases={"group_norm": "grpo"},
+    adv_estimator: str = _opt("grpo", choices=ADV_ESTIMATORS,
+                              value_aliases={"group_norm": "grpo", "reinforce": "reinforce_plus_plus",
+                                             "reinforce_baseline": "reinforce_plus_plus_baseline"},
                               help="advantage estimator / algorithm")
+    policy_loss: str = _opt("vanilla", choices=POLICY_LOSSES,
+                            help="vanilla: token-level clipped ratio; gspo: sequence-level ratio")
     n_samples_per_prompt: int = _opt(8, ge=1, help="responses sampled per prompt (group size)")
     global_batch_size: int = _opt(16, ge=1, help="prompts per training step")
     mini_batch_size: int | None = _opt(None, ge=1, help="responses per optimizer update; "
@@ -66,12 +73,18 @@ class RLConfig:
     train_iters: int = _opt(100, ge=1, help="training steps")
     clip_ratio: float = _opt(0.2, gt=0.0, lt=1.0, help="PPO clip range epsilon")
     clip_ratio_low: float | None = _opt(None, gt=0.0, lt=1.0,
-                                        help="lower clip epsilon; null = clip_ratio")
-    clip_ratio_high: float | None = _opt(None, gt=0.0, help="upper clip epsilon; null = clip_ratio")
+                                        help="lower clip epsilon; null = clip_ratio (gspo: 3e-4)")
+    clip_ratio_high: float | None = _opt(None, gt=0.0, help="upper clip epsilon; null = clip_ratio (gspo: 4e-4)")
     clip_ratio_c: float | None = _opt(None, gt=1.0, help="dual-clip constant; null = off")
     kl_penalty: str = _opt("low_var_kl", choices=KL_PENALTIES, help="KL estimator")
-    kl_coef: float = _opt(0.0, ge=0.0, help="KL coefficient; 0 = no KL term")
-    use_kl_in_loss: bool = _opt(True, help="KL as a loss term (true) or a reward penalty (false)")
+    kl_coef: float = _opt(0.0, ge=0.0, help="KL coefficient (initial one with kl_ctrl_type adaptive); 0 = no KL")
+    use_kl_in_reward: bool = _opt(False, help="subtract kl_coef * KL from the token rewards")
+    use_kl_in_loss: bool | None = _opt(None, help="add kl_coef * KL to the actor loss; "
+                                       "null = not use_kl_in_reward")
+    kl_ctrl_type: str = _opt("fixed", choices=KL_CONTROLLERS,
+                             help="KL-in-reward coefficient: fixed, or adaptive towards kl_target")
+    kl_target: float = _opt(0.1, gt=0.0, help="target KL of the adaptive controller")
+    kl_horizon: int = _opt(10000, ge=1, help="sequences over which the adaptive controller moves")
     entropy_coeff: float = _opt(0.0, ge=0.0, help="entropy bonus coefficient")
     loss_agg_mode: str = _opt("token-mean", choices=LOSS_AGG_MODES,
                               help="how token losses are averaged")
@@ -86,8 +99,9 @@ class RLConfig:
     overlong_buffer_len: int = _opt(0, ge=0, help="soft overlong penalty window in tokens; 0 = off")
     overlong_penalty_factor: float = _opt(1.0, ge=0.0, help="maximum soft overlong penalty")
     mask_truncated_completions: bool = _opt(False, help="exclude truncated responses from the loss")
-    gamma: float = _opt(1.0, ge=0.0, le=1.0, help="discount (gae)")
+    gamma: float = _opt(1.0, ge=0.0, le=1.0, help="discount (gae, reinforce_plus_plus)")
     lam: float = _opt(0.95, ge=0.0, le=1.0, help="GAE lambda (gae)")
+    advantage_whiten: bool = _opt(True, help="whiten GAE advantages over the batch's valid tokens (gae)")
 
 
 @dataclass(kw_only=True)

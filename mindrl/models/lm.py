@@ -85,10 +85,13 @@ def build_network(config: ModelConfig, kind: str = "causal_lm", tp=None, seed: i
 
 
 def resolve_checkpoint(path: str, model_config: Optional[str] = None):
-    """(config, weights path or None) for an HF dir, a model yaml, or a weights file + model_config."""
+    """(config, weights path or None) for an HF dir, a mindrl checkpoint, a model yaml, or a weights file +
+    model_config."""
     if not os.path.exists(path):
         raise CheckpointError(f"{path}: not found")
     if os.path.isdir(path):
+        from mindrl.models.weights import weights_path
+        path = weights_path(path)  # a mindrl training checkpoint: its policy
         if not os.path.exists(os.path.join(path, "config.json")) and model_config is None:
             raise CheckpointError(f"{path}: no config.json in the directory (pass model_config=...)")
         return load_model_config(model_config or path), path

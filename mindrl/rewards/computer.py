@@ -146,3 +146,13 @@ class RewardComputer:
         return RewardOutput(total.astype(np.float32), per, timeouts)
 
     compute = __call__
+
+
+def build_reward_computer(rl, reward_funcs=None) -> RewardComputer:
+    """The run's rule rewards from ``rl_config`` (verifier_function, verifier_weight, custom_reward_file,
+    verifier_timeout). ``reward_funcs``: Python callables ``f(response, label) -> float`` registered under their
+    ``__name__`` first, so ``verifier_function`` can name them (the Python API's way in)."""
+    for fn in reward_funcs or ():
+        register_reward(getattr(fn, "__name__", None) or repr(fn))(fn)
+    return RewardComputer(rl.verifier_function, rl.verifier_weight, rl.custom_reward_file,
+                          math_timeout=rl.verifier_timeout)

@@ -1,17 +1,21 @@
-"""Training checkpoints: written atomically, listed by a manifest, the last K kept.
+"""Training checkpoints: one subdirectory per trained role, written atomically, listed by a manifest.
 
 Layout of ``actor_config.save`` (Megatron/MindSpeed users know the tracker file)::
 
     save/
-      latest_checkpointed_iteration.txt     # "10": the newest complete checkpoint
+      latest_checkpointed_iteration.txt      # "10": the newest complete checkpoint
       iter_0000010/
-        config.json, model.safetensors      # the policy as an HF directory (from_pretrained / transformers load it)
-        optimizer.safetensors               # adam_m.*, adam_v.*, global_step
-        trainer_state.json                  # step, data position, RNG seeds, lr
-        manifest.json                       # every file with its size: written last, checked on load
+        trainer_state.json                   # step, data position, RNG seed, KL controller, layouts
+        policy/                              # an HF model directory: transformers and mindrl load it as is
+          config.json, model.safetensors, tokenizer files
+          optimizer.safetensors              # adam_m.*, adam_v.*, global_step (full tensors, HF orientation)
+          rank_checkpoints/rank_<r>/checkpoint_<r>.ckpt, strategy/   # multi-rank runs: MindSpore's own format
+        critic/                              # PPO: the value model, the same files
+        manifest.json                        # every file with its size: written last, checked on load
 
-A checkpoint is first written to ``iter_XXXXXXX.tmp-<pid>/`` and renamed when complete, so a crash
-never leaves a half-written directory under a real name.
+Checkpoints written before roles existed hold the policy's files at the ``iter_*`` root; they still load
+(:func:`role_dir`). A checkpoint is assembled in a hidden staging directory (``mindrl.io``) by every rank and
+renamed when complete, so a crash never leaves a half-written directory under a real name.
 """
 from __future__ import annotations
 
@@ -20,64 +24,45 @@ import os
 import shutil
 from typing import Optional
 
-from mindrl.models.safetensors_io import CheckpointError, SafetensorsFile, save_safetensors
+from mindrl.io import remove_stale_staging, staging_path, write_json, write_text
+from mindrl.models.safetensors_io import CheckpointError, SafetensorsFile
+from mindrl.models.weights import (TRACKER, TRAINER_STATE, is_training_checkpoint, iter_dir,  # noqa: F401
+                                   resolve, role_dir, weights_path)
 
-TRACKER = "latest_checkpointed_iteration.txt"
-
-
-def iter_dir(root: str, step: int) -> str:
-    return os.path.join(root, f"iter_{step:07d}")
-
-
-def _write_json(path, obj):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+MANIFEST = "manifest.json"
+OPTIMIZER = "optimizer.safetensors"
 
 
 def pending_dir(root: str, step: int) -> str:
-    """Where a checkpoint is assembled (by every rank under msrun) before it is renamed into place."""
-    return f"{iter_dir(root, step)}.tmp"
+    """Where every rank assembles checkpoint ``step`` before the main rank renames it into place."""
+    return staging_path(iter_dir(root, step), owner="ranks")
 
 
-def save_checkpoint(root: str, step: int, policy, optimizer_state: dict, trainer_state: dict,
-                    keep_last: int = 2, tokenizer_dir: Optional[str] = None, finalize: bool = True) -> str:
-    """Write the policy (HF directory), optimizer and trainer state into the pending directory; with
-    ``finalize`` also seal it (manifest, rename, tracker, pruning). Under msrun the other ranks add their
-    shards first and the main rank calls :func:`finalize` afterwards."""
+def begin(root: str, step: int) -> str:
+    """(main rank) An empty staging directory for ``step``; leftovers of crashed saves are removed."""
     os.makedirs(root, exist_ok=True)
-    tmp = pending_dir(root, step)
-    shutil.rmtree(tmp, ignore_errors=True)
-    policy.save_pretrained(tmp, tokenizer_dir=tokenizer_dir)
-    save_safetensors(optimizer_state, os.path.join(tmp, "optimizer.safetensors"))
-    _write_json(os.path.join(tmp, "trainer_state.json"), trainer_state)
-    if finalize:
-        return globals()["finalize"](root, step, keep_last)
-    return iter_dir(root, step)
+    remove_stale_staging(root)
+    pending = pending_dir(root, step)
+    shutil.rmtree(pending, ignore_errors=True)
+    os.makedirs(pending)
+    return pending
 
 
 def finalize(root: str, step: int, keep_last: int = 2) -> str:
+    """(main rank) Seal the staged checkpoint: manifest, rename, tracker, pruning."""
     tmp, final = pending_dir(root, step), iter_dir(root, step)
     files = {}
     for dirpath, _, names in os.walk(tmp):
         for f in names:
             full = os.path.join(dirpath, f)
             files[os.path.relpath(full, tmp)] = os.path.getsize(full)
-    _write_json(os.path.join(tmp, "manifest.json"), {"step": step, "files": dict(sorted(files.items()))})
+    write_json(os.path.join(tmp, MANIFEST), {"step": step, "files": dict(sorted(files.items()))})
     if os.path.exists(final):
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _write_text_atomic(os.path.join(root, TRACKER), str(step))
+    write_text(os.path.join(root, TRACKER), str(step))
     _prune(root, keep_last, step)
     return final
-
-
-def _write_text_atomic(path, text):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def _prune(root, keep_last, current):
@@ -91,25 +76,11 @@ def _prune(root, keep_last, current):
         shutil.rmtree(iter_dir(root, step), ignore_errors=True)
 
 
-def resolve(load: str) -> str:
-    """A checkpoint directory from ``load``: a save root (uses the tracker) or an ``iter_*`` directory."""
-    if not os.path.exists(load):
-        raise CheckpointError(f"{load}: checkpoint directory not found")
-    tracker = os.path.join(load, TRACKER)
-    if os.path.exists(tracker):
-        with open(tracker) as fh:
-            text = fh.read().strip()
-        if not text.isdigit():
-            raise CheckpointError(f"{tracker}: expected an iteration number, found {text!r}")
-        return iter_dir(load, int(text))
-    return load
-
-
 def verify(directory: str) -> dict:
     """Check the manifest: every listed file present with its size. Returns the manifest."""
-    path = os.path.join(directory, "manifest.json")
+    path = os.path.join(directory, MANIFEST)
     if not os.path.exists(path):
-        raise CheckpointError(f"{directory}: no manifest.json: not a complete mindrl checkpoint")
+        raise CheckpointError(f"{directory}: no {MANIFEST}: not a complete mindrl checkpoint")
     with open(path) as fh:
         manifest = json.load(fh)
     for fname, size in manifest["files"].items():
@@ -123,10 +94,23 @@ def verify(directory: str) -> dict:
 
 def load_trainer_state(directory: str) -> dict:
     verify(directory)
-    with open(os.path.join(directory, "trainer_state.json")) as fh:
+    with open(os.path.join(directory, TRAINER_STATE)) as fh:
         return json.load(fh)
 
 
-def load_optimizer_state(directory: str) -> dict:
-    f = SafetensorsFile(os.path.join(directory, "optimizer.safetensors"))
+def load_optimizer_state(directory: str, role: str = "policy") -> dict:
+    f = SafetensorsFile(os.path.join(role_dir(directory, role), OPTIMIZER))
     return {k: f.get(k) for k in f.keys()}
+
+
+def save_trainer_state(pending: str, state: dict) -> None:
+    write_json(os.path.join(pending, TRAINER_STATE), state)
+
+
+def latest_step(root: str) -> Optional[int]:
+    tracker = os.path.join(root, TRACKER)
+    if not os.path.exists(tracker):
+        return None
+    with open(tracker) as fh:
+        text = fh.read().strip()
+    return int(text) if text.isdigit() else None

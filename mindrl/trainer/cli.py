@@ -40,11 +40,11 @@ def train_main(argv) -> int:
     _setup_logging()
     if cfg.runtime.only_save_strategy:
         return _export_strategy(cfg)
-    from mindrl.trainer.grpo import GRPOTrainer
-    trainer = GRPOTrainer(cfg)
+    from mindrl.trainer.loop import RLTrainer
+    trainer = RLTrainer(cfg)
     summary = trainer.fit()
     before, after = summary.get("eval_before"), summary.get("eval_after")
-    if before and after and trainer.topo.is_main:
+    if before and after and trainer.run.topo.is_main:
         keys = [k for k in after if k.endswith("/mean")]
         print("held-out (greedy): " + ", ".join(f"{k} {before[k]:.3f} -> {after[k]:.3f}" for k in keys))
     return 0
@@ -60,10 +60,10 @@ def evaluate_main(argv) -> int:
         return 2
     cfg.rl_config.train_iters = 0
     _setup_logging()
-    from mindrl.trainer.grpo import GRPOTrainer
-    trainer = GRPOTrainer(cfg)
+    from mindrl.trainer.loop import RLTrainer
+    trainer = RLTrainer(cfg)
     result = trainer.evaluate()
-    if trainer.topo.is_main:
+    if trainer.run.topo.is_main:
         print(json.dumps(result, indent=2))
     return 0
 
@@ -71,10 +71,10 @@ def evaluate_main(argv) -> int:
 def export_strategy_main(argv) -> int:
     """`mindrl export-strategy --config X` == `mindrl train --config X runtime.only_save_strategy=true`."""
     args = _parser("mindrl export-strategy", "compile every model, write per-rank strategy files, exit").parse_args(argv)
+    args.overrides = ["runtime.only_save_strategy=true"] + list(args.overrides)
     cfg = _load(args)
     if cfg is None:
         return 2
-    cfg.runtime.only_save_strategy = True
     _setup_logging()
     return _export_strategy(cfg)
 
@@ -82,11 +82,13 @@ def export_strategy_main(argv) -> int:
 def _export_strategy(cfg) -> int:
     """Build and compile every model of the run (static shapes, fixed order), write
     ``<strategy_dir>/<stage>_<model>_strategy/strategy_<rank>.json``, and exit without training."""
-    from mindrl.trainer.grpo import GRPOTrainer
-    trainer = GRPOTrainer(cfg)  # compiles everything: only_save_strategy implies static shapes
-    written = trainer.write_strategy(cfg.runtime.strategy_dir)
-    trainer.exchange.barrier()
-    if trainer.topo.is_main:
+    from mindrl.trainer.loop import RLTrainer
+    from mindrl.trainer.roles import write_strategy
+    trainer = RLTrainer(cfg)  # compiles everything: only_save_strategy implies static shapes
+    stages = [stage for role in trainer.roles() for stage in role.stages()]
+    written = write_strategy(cfg.runtime.strategy_dir, stages, trainer.run.topo)
+    trainer.run.exchange.barrier()
+    if trainer.run.topo.is_main:
         for d in written:
             print(f"wrote {d}")
     return 0

@@ -78,10 +78,13 @@ def _plain(v):
         return str(v)
 
 
-def summary_line(step: int, metrics: dict, keys=("grpo/score/mean", "actor/pg_loss", "actor/kl_loss",
-                                                 "response_length/mean", "e2e_tps", "timing/all")) -> str:
+def summary_line(step: int, metrics: dict, keys=("grpo/score/mean", "critic/score/mean", "actor/pg_loss",
+                                                 "actor/kl_loss", "response_length/mean", "e2e_tps",
+                                                 "timing/all")) -> str:
     parts = [f"step {step}"]
     for k in keys:
+        if k == "critic/score/mean" and "grpo/score/mean" in metrics:
+            continue  # the same number under MindSpeed-RL's GRPO name
         if k in metrics:
             parts.append(f"{k}={metrics[k]:.4g}")
     return "  ".join(parts)
@@ -93,3 +96,37 @@ def stats(prefix: str, values) -> dict:
     if v.size == 0:
         return {}
     return {f"{prefix}/mean": float(v.mean()), f"{prefix}/min": float(v.min()), f"{prefix}/max": float(v.max())}
+
+
+# stages a step may skip still report a time, so every step's line has the same keys
+_ALWAYS_TIMED = ("timing/old_log_p", "timing/reference_model", "timing/reshard_to_train")
+
+
+def rollout_metrics(exp, max_tokens: int, group_estimator: bool) -> dict:
+    """MindSpeed-RL's length and reward metrics, and verl's ``critic/*`` data metrics, of one experience batch.
+
+    ``grpo/*`` (group estimators): ``score`` is the final sequence score, ``rewards`` the weighted verifier sum,
+    ``advantages`` the mean over sequences of each one's advantage. ``critic/*``: ``score`` as above,
+    ``rewards`` the sequence total after the KL penalty, the others over every valid token.
+    """
+    import numpy as np
+    out = {k: 0.0 for k in _ALWAYS_TIMED}
+    lengths = exp.response_lengths.astype(np.float64)
+    out.update(stats("response_length", lengths))
+    out["response_length/clip_ratio"] = float(np.mean(~exp.finished & (lengths >= max_tokens)))
+    out.update(stats("prompt_length", exp.prompt_lengths))
+    mask = exp.loss_mask > 0
+    if group_estimator:
+        out["grpo/score/mean"] = float(exp.scores.mean())
+        out["grpo/rewards/mean"] = float(exp.rewards.mean())
+        for name, vals in exp.verifier_scores.items():
+            out[f"grpo/rewards/{name}/mean"] = float(np.mean(vals))
+        row_adv = exp.advantages.sum(1) / np.maximum(exp.loss_mask.sum(1), 1.0)
+        out["grpo/advantages/mean"] = float(row_adv.mean())
+    out["critic/score/mean"] = float(exp.scores.mean())
+    out["critic/rewards/mean"] = float(exp.token_rewards.astype(np.float64).sum(1).mean())
+    for name in ("advantages", "returns", "values"):
+        arr = getattr(exp, name)
+        if arr is not None:
+            out.update(stats(f"critic/{name}", arr[mask]))
+    return out

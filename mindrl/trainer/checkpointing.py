@@ -1,0 +1,49 @@
+"""Saving and resuming a run: every trained role writes its part, the trainer state goes beside them, and the
+main rank seals the directory (checkpoint.py has the layout)."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import List, Optional
+
+from mindrl.trainer import checkpoint as ck
+
+log = logging.getLogger("mindrl.train")
+
+
+class Checkpointer:
+    def __init__(self, run, roles: List):
+        self.run, self.roles = run, roles  # trained roles: each saves into <iter>/<role.name>/
+
+    def save(self, step: int, state: dict) -> str:
+        """A collective: every rank calls it. Returns the checkpoint directory."""
+        run, cfg = self.run, self.run.cfg
+        root = cfg.actor_config.save
+        if run.topo.is_main:
+            ck.begin(root, step)
+        run.exchange.barrier()
+        pending = ck.pending_dir(root, step)
+        for role in self.roles:
+            role.save(os.path.join(pending, role.name))
+        run.exchange.barrier()
+        path = ck.iter_dir(root, step)
+        if run.topo.is_main:
+            ck.save_trainer_state(pending, state)
+            path = ck.finalize(root, step, cfg.actor_config.keep_last)
+        run.exchange.barrier()
+        log.info("saved checkpoint %s", path)
+        return path
+
+    def resume(self) -> Optional[dict]:
+        """With ``actor_config.finetune: false``, restore the optimizers from ``load`` and return the trainer
+        state saved there (the caller restores step, data position, RNG seed, KL controller)."""
+        actor = self.run.cfg.actor_config
+        if actor.finetune or not actor.load:
+            return None
+        directory = ck.resolve(actor.load)
+        state = ck.load_trainer_state(directory)
+        if not actor.no_load_optim:
+            for role in self.roles:
+                role.load_optimizer(directory)
+        log.info("resumed from %s at step %d", directory, int(state["step"]))
+        return state

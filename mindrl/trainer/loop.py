@@ -1,0 +1,143 @@
+"""The one RL loop. GRPO, DAPO, Dr.GRPO, RLOO, REINFORCE++ and GSPO are this step with other registry entries:
+
+    exp = make_experience()              rollout, rule rewards, old and reference log-probs
+    exp = advantages(exp)                KL in the reward (if so configured), then rl_config.adv_estimator
+    policy.update(exp); policy.reshard() clipped policy loss, weights into the rollout model in place
+
+Every msrun worker runs this same code; the roles (roles/) own the networks and their layouts, the stages
+(experience_maker.py, algorithms/) own the math, and this file only orders and times them.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from mindrl.config import TrainConfig
+from mindrl.trainer.metrics import Timers, rollout_metrics, throughput
+
+log = logging.getLogger("mindrl.train")
+
+
+class RLTrainer:
+    def __init__(self, cfg: TrainConfig, reward_funcs=None):
+        from mindrl.algorithms import get_advantage_estimator, make_kl_controller
+        from mindrl.rewards.computer import build_reward_computer
+        from mindrl.trainer.checkpointing import Checkpointer
+        from mindrl.trainer.context import RunContext
+        from mindrl.trainer.evaluation import Evaluator
+        from mindrl.trainer.experience_maker import ExperienceMaker
+        from mindrl.trainer.roles import Policy, Reference
+        started = time.perf_counter()
+        rl = cfg.rl_config
+        self.cfg = cfg
+        self.rewards = build_reward_computer(rl, reward_funcs)  # a bad verifier fails before any model is built
+        self.run = run = RunContext.create(cfg)
+        self.estimator = get_advantage_estimator(rl.adv_estimator)
+        self.policy = Policy(run)
+        self.reference = Reference(run) if rl.kl_coef > 0 else None
+        self.kl_ctrl = make_kl_controller(rl.kl_ctrl_type, rl.kl_coef, rl.kl_target, rl.kl_horizon) \
+            if rl.use_kl_in_reward else None
+        self.maker = ExperienceMaker(run, self.policy, self.rewards, self.reference)
+        self.evaluate = Evaluator(run, self.policy, self.rewards, self.maker.sampling.stop_token_ids)
+        self.checkpointer = Checkpointer(run, [self.policy])
+        self.step = 0
+        self._restore(self.checkpointer.resume())
+        self.policy.reshard()  # the infer model starts from the loaded (or resumed) train weights
+        if run.static_shapes:
+            self.compile_all()
+        if run.topo.is_main:
+            log.info("start-up took %.2f s (build, load, %s)", time.perf_counter() - started,
+                     "compile all graphs" if run.static_shapes else "graphs compile on first use")
+
+    def train_step(self) -> dict:
+        timers = Timers()
+        with timers("all"):
+            exp, metrics = self.maker.make(timers)
+            with timers("adv"):
+                metrics.update(self.compute_advantages(exp))
+            lr = self.policy.lr_at(self.step)
+            with timers("update"):
+                metrics.update(self.policy.update(exp, lr, self.step))
+            with timers("reshard_to_infer"):
+                self.policy.reshard()
+        metrics.update(rollout_metrics(exp, self.cfg.generate_config.max_tokens, self.estimator.needs_groups))
+        metrics.update(timers.values, **{"actor/lr": lr})
+        rl = self.cfg.rl_config
+        metrics.update(throughput(metrics, rl.global_batch_size, rl.n_samples_per_prompt, self.run.topo.world))
+        self.step += 1
+        return metrics
+
+    def compute_advantages(self, exp) -> dict:
+        """Token rewards (the score on each response's last token, minus the KL penalty when KL is in the reward),
+        then the estimator named by rl_config.adv_estimator. Fills exp.token_rewards/advantages/returns."""
+        from mindrl.algorithms import AdvantageInputs, kl_penalized_token_rewards, kl_reward_penalty
+        rl, metrics = self.cfg.rl_config, {}
+        totals = exp.scores
+        if self.kl_ctrl is not None:
+            exp.token_rewards, kl, metrics = kl_reward_penalty(exp.scores, exp.old_log_probs, exp.ref_log_probs,
+                                                               exp.response_mask, self.kl_ctrl, rl.kl_penalty)
+            totals = exp.scores - metrics["actor/reward_kl_penalty_coeff"] * kl.sum(-1)
+        else:
+            exp.token_rewards = kl_penalized_token_rewards(exp.scores, np.zeros_like(exp.response_mask),
+                                                           exp.response_mask, 0.0)
+        options = {k: getattr(rl, k) for k in self.estimator.options}
+        inputs = AdvantageInputs(totals, exp.token_rewards, exp.loss_mask, exp.group, exp.values, options)
+        exp.advantages, exp.returns = self.estimator.compute(inputs)
+        return metrics
+
+    # -- the run ------------------------------------------------------------------------------------
+    def fit(self) -> dict:
+        from mindrl.trainer.run_log import RunLog
+        rl, actor, ev = self.cfg.rl_config, self.cfg.actor_config, self.cfg.eval
+        out = RunLog(self.cfg, self.run.topo.is_main, start=self.step)
+        if ev.path:
+            out.eval("before", self.step, self.evaluate())
+        while self.step < rl.train_iters:
+            metrics = self.train_step()
+            if ev.path and ev.interval and self.step % ev.interval == 0 and self.step < rl.train_iters:
+                metrics.update(self.evaluate())
+            out.step(self.step, metrics)
+            if actor.save and actor.save_interval and self.step % actor.save_interval == 0:
+                self.save()
+        if actor.save and (not actor.save_interval or self.step % actor.save_interval):
+            self.save()
+        if ev.path:
+            out.eval("after", self.step, self.evaluate())
+        self.rewards.close()
+        return out.close()
+
+    def save(self) -> str:
+        state = {"step": self.step, **self.maker.state_dict(),
+                 "rng": {"seed": self.run.seed, "sampler": "numpy PCG64 seeded from (seed, draw, replica)"},
+                 "layout": {name: [lay.dp, lay.tp] for name, lay in self.run.topo.layouts.items()},
+                 "config_fingerprint": self.cfg.fingerprint()}
+        if self.kl_ctrl is not None:
+            state["kl_ctrl"] = self.kl_ctrl.state_dict()
+        return self.checkpointer.save(self.step, state)
+
+    def _restore(self, state) -> None:
+        if state is None:
+            return
+        actor = self.cfg.actor_config
+        self.step = int(state["step"])
+        self.maker.load_state_dict(state)
+        if self.kl_ctrl is not None and "kl_ctrl" in state:
+            self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        if not actor.no_load_rng and state.get("rng", {}).get("seed") is not None:
+            self.cfg.runtime.seed = int(state["rng"]["seed"])
+
+    def roles(self):
+        return [r for r in (self.policy, self.reference) if r is not None]
+
+    def compile_all(self) -> None:
+        """Every graph of the run, role by role in a fixed order (the compile cache matches entries by order)."""
+        from mindrl.trainer.context import bucket
+        gen = self.cfg.generate_config
+        widths = bucket(gen.max_prompt_length), bucket(gen.max_tokens, 4)
+        for role in self.roles():
+            role.compile(*widths)
+
+
+GRPOTrainer = RLTrainer  # the name TRL and MindSpeed-RL users look for; the loop serves every estimator

@@ -1,0 +1,11 @@
+"""The models of an RL run, one role each: each builds its network(s) in its layout, loads, saves its part of a
+checkpoint, lists its strategy-file stages and compiles its graphs in a fixed order.
+
+- :class:`Policy`: train and infer networks, the actor update, the in-place reshard (roles/policy.py)
+- :class:`Reference`: frozen log-probs for the KL term (roles/reference.py)
+"""
+from mindrl.trainer.roles.base import Stage, TrainedRole, write_strategy
+from mindrl.trainer.roles.policy import Policy
+from mindrl.trainer.roles.reference import Reference
+
+__all__ = ["Policy", "Reference", "Stage", "TrainedRole", "write_strategy"]

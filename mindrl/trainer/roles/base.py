@@ -1,0 +1,169 @@
+"""What every role shares: a network built in its stage's layout, and for trained roles their checkpoint part.
+
+A role's checkpoint part (``<iter>/<role name>/``) is an HF model directory with the full, gathered weights and
+optimizer state (written by the main rank), plus on multi-rank runs each rank's own shards and the strategy
+files MindSpore's ``transform_checkpoints`` needs to merge or re-split them offline.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import List, Optional
+
+import numpy as np
+
+from mindrl.parallel.state import Layout
+from mindrl.parallel.topology import shard_rows
+
+log = logging.getLogger("mindrl.train")
+
+
+@dataclass
+class Stage:
+    """One network of a role in one layout: what a strategy file and the compile order describe."""
+    name: str                  # e.g. "train_policy": strategy files go to <dir>/<name>_strategy/
+    net: object
+    layout: Layout
+    with_optimizer: bool = False
+
+
+def build_net(model_config, kind: str, layout: Layout, seed: int = 0, init: bool = True, rename: Optional[str] = None,
+              train: Optional[bool] = None):
+    """A network of ``kind`` ("causal_lm", "value", "reward") in ``layout``'s tensor-parallel split.
+
+    ``rename`` gives the parameters unique names when several copies of a model live in one process (their
+    names inside files stay the HF ones).
+    """
+    from mindrl.models.lm import build_network
+    from mindrl.parallel.reshard import rename_parameters
+    net = build_network(model_config, kind, tp=layout.tp_context(), seed=seed, init=init)
+    if rename:
+        rename_parameters(net, rename)
+    if train is not None:
+        net.set_train(train)
+    return net
+
+
+def load_weights(net, path: str, role: str = "policy", allow_missing=()) -> str:
+    """Load ``path`` (an HF directory, a weights file, or a mindrl checkpoint: its ``role`` part) into ``net``."""
+    from mindrl.models.weights import load_into
+    from mindrl.trainer import checkpoint as ck
+    source = ck.weights_path(path, role)
+    load_into(net, source, allow_missing=allow_missing)
+    return source
+
+
+def score_in_shares(cell, exp, layout: Layout, exchange, micro_batch: int, inputs) -> np.ndarray:
+    """Run a scoring ``cell`` on this data-parallel replica's rows of ``exp`` in micro-batches, then give every
+    rank the whole batch's result (replica order). ``inputs(exp_rows)`` returns the cell's numpy arguments."""
+    from mindspore import Tensor
+    mine = exp.select(shard_rows(len(exp), layout))
+    out = []
+    for s in range(0, len(mine), micro_batch):
+        args = inputs(mine.select(slice(s, s + micro_batch)))
+        res = cell(*[Tensor(a) for a in args])
+        out.append((res[0] if isinstance(res, tuple) else res).asnumpy())
+    return exchange.from_each(np.concatenate(out), layout)
+
+
+class TrainedRole:
+    """Save/restore of a trained network and its optimizer. Subclasses set ``name``, ``net``, ``layout``,
+    ``updater``, ``model_config`` and ``run``."""
+
+    name = "trained"
+
+    # -- helpers over the layout ------------------------------------------------------------------------
+    rename: Optional[str] = None  # prefix of this role's Parameter names in the process, never in files
+
+    def file_key(self, name: str) -> str:
+        """A Parameter's name as files spell it: without the in-process ``rename`` prefix."""
+        return name.replace(f"{self.rename}.", "", 1) if self.rename else name
+
+    def _optimizer_spec(self):
+        """{optimizer Parameter name: (file key, split axis, transposed)}: a moment is laid out like its parameter."""
+        from mindrl.parallel.layout import split_axes, transposed_names
+        axes, trans = split_axes(self.net), transposed_names(self.net)
+        out = {}
+        for p in self.updater.optimizer.state_parameters():
+            key = self.file_key(p.name)
+            base = key.split(".", 1)[1] if key.startswith(("adam_m.", "adam_v.")) else None
+            out[p.name] = (key, axes.get(base), base in trans) if base else (key, None, False)
+        return out
+
+    def save(self, directory: str) -> None:
+        """Write this role's part of a checkpoint into ``directory`` (a collective: every rank calls it)."""
+        from mindrl.models.safetensors_io import save_safetensors
+        from mindrl.parallel.layout import split_axes, to_external, transposed_names
+        from mindrl.parallel.reshard import gather_full_state
+        from mindrl.parallel.strategy import save_rank_checkpoint
+        from mindrl.trainer import checkpoint as ck
+        run, tp = self.run, self.layout.tp_context()
+        params = dict(self.net.parameters_and_names())
+        trans = transposed_names(self.net)
+        full = gather_full_state(params, split_axes(self.net), tp)
+        full = {n: to_external(v, n in trans) for n, v in full.items()}
+        named = {p.name: p for p in self.updater.optimizer.state_parameters()}
+        spec = self._optimizer_spec()
+        optim = gather_full_state(named, {k: a for k, (_, a, _) in spec.items()}, tp)
+        optim = {spec[k][0]: to_external(v, spec[k][2]) for k, v in optim.items()}
+        if run.topo.is_main:
+            os.makedirs(directory, exist_ok=True)
+            self.export(full, directory)
+            save_safetensors(optim, os.path.join(directory, ck.OPTIMIZER))
+        run.exchange.barrier()
+        if run.topo.world > 1:  # this rank's shards, in the orientation the strategy file describes
+            shards = {n: to_external(p.asnumpy(), n in trans) for n, p in params.items()}
+            shards.update({spec[p.name][0]: to_external(p.asnumpy(), spec[p.name][2])
+                           for p in self.updater.optimizer.state_parameters()})
+            save_rank_checkpoint(os.path.join(directory, "rank_checkpoints"), run.topo.rank, shards)
+            write_strategy(os.path.join(directory, "strategy"), [s for s in self.stages() if s.with_optimizer],
+                           run.topo)
+
+    def export(self, full: dict, directory: str) -> None:
+        """Write gathered weights as an HF directory (config.json, safetensors, tokenizer files)."""
+        from mindrl.data.tokenizer import copy_tokenizer_files
+        from mindrl.io import write_json
+        from mindrl.models.safetensors_io import save_sharded
+        tensors = dict(full)
+        if self.model_config.tie_word_embeddings:
+            tensors.pop("lm_head.weight", None)
+        save_sharded(tensors, directory)
+        write_json(os.path.join(directory, "config.json"), self.hf_config())
+        copy_tokenizer_files(self.run.tokenizer_dir, directory)
+
+    def hf_config(self) -> dict:
+        return self.model_config.to_hf_dict()
+
+    def load_optimizer(self, checkpoint: str) -> None:
+        """Restore the optimizer from checkpoint ``checkpoint`` (full tensors, sliced to this rank)."""
+        from mindrl.parallel.layout import take_shard, to_internal
+        from mindrl.trainer import checkpoint as ck
+        full = ck.load_optimizer_state(checkpoint, self.name)
+        tp = self.layout.tp_context()
+        mine = {}
+        for name, (key, axis, transposed) in self._optimizer_spec().items():
+            if key in full:
+                mine[name] = take_shard(to_internal(full[key], transposed), axis, tp.size, tp.rank)
+        self.updater.load_optimizer_state(mine, os.path.join(ck.role_dir(checkpoint, self.name), ck.OPTIMIZER))
+
+    def stages(self) -> List[Stage]:
+        raise NotImplementedError
+
+
+def write_strategy(root: str, stages: List[Stage], topo) -> List[str]:
+    """MindSpore strategy JSON per rank: ``<root>/<stage>_strategy/strategy_<rank>.json``."""
+    from mindrl.parallel.layout import external_axis, external_shape, full_shape, split_axes, transposed_names
+    from mindrl.parallel.strategy import write_strategy_files
+    written = []
+    for stage in stages:
+        axes, trans = split_axes(stage.net), transposed_names(stage.net)
+        tp = stage.layout.tp_context()
+        spec = {n: (external_shape(full_shape(p.shape, axes[n], tp.size), n in trans),
+                    external_axis(axes[n], n in trans)) for n, p in stage.net.parameters_and_names()}
+        directory = os.path.join(root, f"{stage.name}_strategy")
+        if topo.is_main:  # one layout for all ranks: the main rank writes every rank's file
+            write_strategy_files(directory, spec, stage.layout.dp, stage.layout.tp, topo.world,
+                                 include_optimizer=stage.with_optimizer)
+        written.append(directory)
+    return written

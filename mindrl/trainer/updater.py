@@ -1,0 +1,148 @@
+"""Training a network on an experience batch: shuffled mini-batches, accumulated micro-batches, clip + AdamW.
+
+Micro-batches of one mini-batch all receive the mini-batch's loss denominator, so their summed gradients equal
+the mini-batch gradient exactly (see algorithms/denominators.py). A loss cell returns ``(loss, *metrics)`` and
+declares each metric's name and how micro-batches combine it: ``sum`` for terms that carry the mini-batch
+denominator (they add up to the mini-batch's value), ``token_mean`` for per-token means of one micro-batch
+(weighted by its share of the mini-batch's tokens).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Sequence, Tuple
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+from mindrl.algorithms.denominators import loss_denominator
+from mindrl.trainer.optim import AdamW, zeros_like_params
+
+
+class AccumulateGrad(nn.Cell):
+    """One micro-batch: forward, backward, add the gradients into ``accum``."""
+
+    def __init__(self, loss_cell, params):
+        super().__init__(auto_prefix=False)
+        self.params = ms.ParameterTuple(params)
+        self.grad_fn = ms.value_and_grad(loss_cell, None, self.params, has_aux=True)
+        self.accum = zeros_like_params(self.params, "accum")
+
+    def construct(self, *inputs):
+        outs, grads = self.grad_fn(*inputs)
+        done = outs[0]
+        for i in range(len(self.accum)):
+            done = ops.depend(done, ops.assign_add(self.accum[i], grads[i]))
+        return ops.depend(outs, done)
+
+
+class ApplyGrad(nn.Cell):
+    """Global-norm clip of the accumulated gradient, AdamW step, reset. Returns the pre-clip norm.
+
+    ``grad_reduce`` (data parallel) all-reduces the accumulated gradient first.
+    """
+
+    def __init__(self, accum, optimizer: AdamW, clip_grad: float, grad_reduce=None):
+        super().__init__(auto_prefix=False)
+        self.accum = accum
+        self.opt = optimizer
+        self.clip = float(clip_grad)
+        self.grad_reduce = grad_reduce
+
+    def construct(self, lr):
+        grads = ()
+        for g in self.accum:
+            grads = grads + ((g if self.grad_reduce is None else self.grad_reduce(g)),)
+        sq = ops.zeros((), ms.float32)
+        for g in grads:
+            sq = sq + (g * g).sum()
+        norm = ops.sqrt(sq)
+        if self.clip > 0:
+            scale = self.clip / ops.maximum(norm, self.clip)
+            grads = tuple(g * scale for g in grads)
+        done = self.opt(grads, lr)
+        for g in self.accum:
+            done = ops.depend(done, ops.assign(g, ops.zeros_like(g)))
+        return ops.depend(norm, done)
+
+
+class Updater:
+    """The graphs of one trained network; ``micro_step`` and ``apply`` run them from numpy inputs.
+
+    ``loss_cell.METRICS``: ((name, "sum" | "token_mean"), ...) for the outputs after the loss.
+    ``optim``: a section with adam_beta1/2, adam_eps, weight_decay and clip_grad (actor or critic config).
+    """
+
+    def __init__(self, loss_cell, params, optim, grad_reduce=None, input_dtypes: Sequence = ()):
+        params = list(params)
+        self.loss_cell = loss_cell
+        self.metrics: Tuple[Tuple[str, str], ...] = tuple(loss_cell.METRICS)
+        self.accumulate = AccumulateGrad(loss_cell, params)
+        self.optimizer = AdamW(params, optim.adam_beta1, optim.adam_beta2, optim.adam_eps, optim.weight_decay)
+        self.apply_cell = ApplyGrad(self.accumulate.accum, self.optimizer, optim.clip_grad, grad_reduce)
+        self.input_dtypes = tuple(input_dtypes)
+
+    def _tensors(self, arrays, denom):
+        return [Tensor(a, dt) for a, dt in zip(arrays, self.input_dtypes)] + [Tensor(np.float32(denom))]
+
+    def micro_step(self, arrays, denom) -> list:
+        """Forward + backward of one micro-batch; returns [loss, *metrics] as floats."""
+        outs = self.accumulate(*self._tensors(arrays, denom))
+        return [float(o.asnumpy()) for o in outs]
+
+    def apply(self, lr: float) -> float:
+        return float(self.apply_cell(Tensor(np.float32(lr))).asnumpy())
+
+    def compile(self, arrays) -> None:
+        """Compile both graphs for micro-batches shaped like ``arrays`` (a fixed compile order)."""
+        self.accumulate.compile(*self._tensors(arrays, 1.0))
+        self.apply_cell.compile(Tensor(np.float32(0.0)))
+
+    def load_optimizer_state(self, state: dict, source: str):
+        from mindrl.models.safetensors_io import CheckpointError
+        for p in self.optimizer.state_parameters():
+            if p.name not in state:
+                raise CheckpointError(f"{source}: optimizer state lacks {p.name!r}")
+            arr = state[p.name]
+            if arr.size == 1 and p.size == 1:
+                arr = arr.reshape(p.shape)  # 0-d step counter: saved as [1] by some writers
+            if tuple(arr.shape) != tuple(p.shape):
+                raise CheckpointError(f"{source}: optimizer tensor {p.name!r} has shape {list(arr.shape)}, "
+                                      f"expected {list(p.shape)}")
+            p.set_data(Tensor(arr.astype(np.float32)))
+
+
+def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np.ndarray, *, epochs: int,
+                  mini_batch: int, micro_batch: int, loss_agg_mode: str, layout, exchange, order_seed: Callable,
+                  lr: float) -> Dict[str, float]:
+    """``epochs`` passes of shuffled mini-batches over the rows of ``arrays`` (each [N, ...], in the loss cell's
+    argument order, the loss mask among them); every data-parallel replica runs its share of each mini-batch.
+
+    Returns the mean over mini-batches of each metric and of the gradient norm (``grad_norm``).
+    """
+    n = len(loss_mask)
+    dp, dp_rank = layout.dp, layout.dp_rank
+    names = [name for name, _ in updater.metrics]
+    history = {k: [] for k in names + ["grad_norm"]}
+    inputs = list(arrays.values())
+    for epoch in range(epochs):
+        order = np.random.default_rng(order_seed(epoch)).permutation(n)
+        if epochs == 1 and n == mini_batch:
+            order = np.arange(n)
+        for m0 in range(0, n, mini_batch):
+            rows = order[m0:m0 + mini_batch]
+            # the whole mini-batch's denominator on every replica: summed gradients are exact
+            denom = loss_denominator(loss_mask[rows], loss_agg_mode)
+            acc = np.zeros(len(names))
+            share = len(rows) // dp
+            mine = rows[dp_rank * share:(dp_rank + 1) * share]
+            for u0 in range(0, len(mine), micro_batch):
+                r = mine[u0:u0 + micro_batch]
+                outs = updater.micro_step([a[r] for a in inputs], denom)[1:]
+                w = loss_mask[r].sum() / max(loss_mask[rows].sum(), 1.0)  # token share, for the per-token means
+                acc += [v if kind == "sum" else v * w for v, (_, kind) in zip(outs, updater.metrics)]
+            if dp > 1:  # each replica holds a partial sum of the mini-batch's means
+                acc = exchange.all_sum(acc) / layout.tp
+            for k, v in zip(names, acc):
+                history[k].append(v)
+            history["grad_norm"].append(updater.apply(lr))
+    return {k: float(np.mean(v)) for k, v in history.items()}
