@@ -10,7 +10,8 @@ import sys
 # returns an exit code.
 COMMANDS = {
     "preprocess": ("mindrl.data.preprocess:cli_main", "tokenize json/jsonl/parquet data into MindRecord"),
-    "train": ("mindrl.trainer.cli:train_main", "run GRPO training from a yaml config"),
+    "train": ("mindrl.trainer.cli:train_main", "run RL training (GRPO, PPO, ...) from a yaml config"),
+    "train-rm": ("mindrl.trainer.reward_training:cli_main", "train an outcome reward model on preference pairs"),
     "export-strategy": ("mindrl.trainer.cli:export_strategy_main", "compile, write per-rank strategy files, exit"),
     "convert": ("mindrl.models.convert:cli_main", "convert checkpoints between HF safetensors and MindSpore"),
     "generate": ("mindrl.rollout.cli:generate_main", "generate text from a checkpoint (KV-cache rollout)"),

@@ -59,6 +59,7 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=TINY["num_layers"], help="decoder layers (the policy has 2)")
     args = ap.parse_args(argv)
 
     from mindrl.data.tokenizer import load_tokenizer
@@ -70,7 +71,7 @@ def main(argv=None):
 
     setup_context("graph")
     tok = load_tokenizer(args.tokenizer)
-    cfg = ModelConfig(**TINY, source="scripts/make_tiny_model.py").validate()
+    cfg = ModelConfig(**dict(TINY, num_layers=args.layers), source="scripts/make_tiny_model.py").validate()
     net = build_network(cfg, seed=args.seed)
     step_cell = SFTStep(net, lr_weight_decay=0.01)
     pids = task.training_ids(args.steps * args.batch, seed=1000 + args.seed)

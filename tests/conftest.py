@@ -91,6 +91,17 @@ def as_overrides(settings: dict) -> list:
     return [f"{k}={v}" for k, v in settings.items()]
 
 
+def make_sft_mindrecord(d):
+    """``d/sft.mindrecord``: the workdir's training problems with their answers (pretrain_ids, loss_mask), as
+    configs/datasets/sft.yaml writes them; the rows PPO-ptx trains on."""
+    from mindrl.data.preprocess import cli_main
+    rc = cli_main(["--config", os.path.join(ROOT, "configs", "datasets", "sft.yaml"), f"input={d / 'train.jsonl'}",
+                   f"output_prefix={d / 'sft'}",
+                   f"tokenizer_name_or_path={os.path.join(ROOT, 'examples', 'tiny', 'tokenizer')}"])
+    assert rc == 0
+    return d / "sft.mindrecord"
+
+
 def make_grpo_workdir(d):
     """A random tiny Qwen2 policy (HF dir) and prompt/held-out MindRecords made with `mindrl preprocess`."""
     import sys

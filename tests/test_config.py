@@ -1,6 +1,7 @@
 """Tests for mindrl.config: defaults, aliases, overrides, error messages, fingerprints."""
 import copy
 import dataclasses
+import typing
 import os
 import subprocess
 import sys
@@ -102,26 +103,29 @@ EXPECTED_DEFAULTS = {
         verifier_function=["acc"], verifier_weight=[1.0], custom_reward_file=None,
         verifier_timeout=5.0, dynamic_sampling=False, max_num_gen_batches=4,
         overlong_buffer_len=0, overlong_penalty_factor=1.0, mask_truncated_completions=False,
-        gamma=1.0, lam=0.95, advantage_whiten=True),
+        gamma=1.0, lam=0.95, advantage_whiten=True, cliprange_value=0.5, critic_warmup=0,
+        reward_clip_range=None, pretrain_coef=0.0),
+    "critic_config": None,
+    "reward_config": None,
     "actor_config": dict(
         model="model_configs/tiny.yaml", tokenizer_name_or_path="tok", load=None, save=None,
         finetune=True, no_load_optim=False, no_load_rng=False, save_interval=0, keep_last=2,
         lr=1e-6, min_lr=0.0, lr_decay_style="constant", lr_warmup_iters=0,
         lr_warmup_fraction=None, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
         adam_eps=1e-8, clip_grad=1.0, tensor_model_parallel_size=1, compute_dtype=None),
-    "ref": dict(ref_model_load_path=None, model="model_configs/tiny.yaml"),
+    "ref": dict(ref_model_load_path=None, model=None),  # no KL term: no reference model
     "generate_config": dict(
         max_prompt_length=512, max_tokens=256, min_tokens=0, temperature=1.0, top_k=0, top_p=1.0,
         repetition_penalty=1.0, stop_token_ids=[], infer_tensor_parallel_size=1,
         infer_data_parallel_size=None, micro_batch_size=None),
     "data": dict(path="train.mindrecord", shuffle=True, seed=1234, prompt_key="prompt_ids",
-                 label_key="labels"),
+                 label_key="labels", ptx_path=None),
     "logging": dict(log_dir="runs/cfg", name="cfg", jsonl=True, tensorboard=True, log_interval=1,
                     progress_bar=True),
     "runtime": dict(mode="graph", enable_compile_cache=False,
                     compile_cache_path="./.compile_cache", only_save_strategy=False,
                     strategy_dir="./strategy", threads=None, seed=1234),
-    "eval": dict(path=None, interval=0, num_samples=None, max_tokens=256),
+    "eval": dict(path=None, interval=0, num_samples=None, max_tokens=None),
 }
 
 
@@ -145,7 +149,8 @@ FULL = {
         norm_adv_by_std=False, verifier_function=["acc", "format"], verifier_weight=[1.0, 0.5],
         custom_reward_file="reward.py", verifier_timeout=2.5, dynamic_sampling=True,
         max_num_gen_batches=3, overlong_buffer_len=32, overlong_penalty_factor=0.5,
-        mask_truncated_completions=True, gamma=1.0, lam=0.95, advantage_whiten=True),
+        mask_truncated_completions=True, gamma=1.0, lam=0.95, advantage_whiten=True, cliprange_value=0.5,
+        critic_warmup=0, reward_clip_range=[-5.0, 5.0], pretrain_coef=0.1),
     "actor_config": dict(
         model="hf", tokenizer_name_or_path="hf", load="ckpt", save="out", finetune=False,
         no_load_optim=True, no_load_rng=True, save_interval=10, keep_last=0, lr=1e-5,
@@ -157,7 +162,8 @@ FULL = {
         max_prompt_length=256, max_tokens=128, min_tokens=4, temperature=0.7, top_k=50,
         top_p=0.9, repetition_penalty=1.1, stop_token_ids=[7, 8], infer_tensor_parallel_size=2,
         infer_data_parallel_size=4, micro_batch_size=16),
-    "data": dict(path="train.mindrecord", shuffle=False, seed=7, prompt_key="p", label_key="y"),
+    "data": dict(path="train.mindrecord", shuffle=False, seed=7, prompt_key="p", label_key="y",
+                 ptx_path="train.mindrecord"),
     "logging": dict(log_dir="logs/<name>/x", name="exp1", jsonl=False, tensorboard=False,
                     log_interval=5, progress_bar=False),
     "runtime": dict(mode="pynative", enable_compile_cache=True, compile_cache_path="cc",
@@ -166,14 +172,39 @@ FULL = {
 }
 
 
+# PPO with a reward model: the sections and keys FULL (a GRPO run) cannot set without them being ignored
+FULL_PPO = merged({
+    "rl_config": dict(adv_estimator="gae", n_samples_per_prompt=1, global_batch_size=16, mini_batch_size=8,
+                      micro_batch_size=4, gamma=0.99, lam=0.9, advantage_whiten=False, cliprange_value=0.2,
+                      critic_warmup=3, verifier_function=["format"], verifier_weight=[0.5]),
+    "actor_config": dict(save="out"),
+    "critic_config": dict(
+        model="hf", load="hf", save="out", finetune=True, no_load_optim=True, no_load_rng=False, lr=2e-6,
+        min_lr=1e-7, lr_decay_style="cosine", lr_warmup_iters=2, lr_warmup_fraction=None, weight_decay=0.01,
+        adam_beta1=0.8, adam_beta2=0.95, adam_eps=1e-6, clip_grad=0.5, tensor_model_parallel_size=2,
+        micro_batch_size=2),
+    "reward_config": dict(load="hf", model="hf", tensor_model_parallel_size=2, micro_batch_size=8, weight=0.5,
+                          normalize=True),
+})
+
+
 def test_every_key_is_accepted_and_kept(ws):
-    schema_keys = {s: {f.name for f in dataclasses.fields(type(getattr(load(ws), s)))}
-                   for s in SECTIONS}
-    assert {s: set(v) for s, v in FULL.items()} == schema_keys  # FULL covers the schema
+    schema_keys = {s: {f.name for f in dataclasses.fields(cfg_cls)}
+                   for s, cfg_cls in typing.get_type_hints(TrainConfig).items()
+                   for cfg_cls in [typing.get_args(cfg_cls)[0] if typing.get_args(cfg_cls) else cfg_cls]}
+    covered = {s: set(v) for s, v in FULL.items()}
+    for s in ("critic_config", "reward_config"):
+        covered[s] = set(FULL_PPO[s])
+    assert covered == schema_keys  # FULL and FULL_PPO cover the schema
     cfg = load_train_config(write(ws, FULL))
     expected = copy.deepcopy(FULL)
     expected["logging"]["log_dir"] = "logs/exp1/x"
-    assert cfg.to_dict() == expected
+    assert cfg.to_dict() == {**expected, "critic_config": None, "reward_config": None}
+    ppo = load_train_config(write(ws, FULL_PPO, name="ppo.yaml"))
+    for section in ("critic_config", "reward_config"):
+        assert getattr(ppo, section).__dict__ == FULL_PPO[section]
+    for key, value in FULL_PPO["rl_config"].items():
+        assert getattr(ppo.rl_config, key) == value, key
 
 
 def test_to_yaml_round_trips(ws):
@@ -181,7 +212,10 @@ def test_to_yaml_round_trips(ws):
     assert cfg.logging.name == "1e5"
     again = load_train_config(write(ws, cfg.to_yaml(), name="saved.yaml"))
     assert again == cfg
-    assert yaml.safe_load(cfg.to_yaml()) == cfg.to_dict()  # plain PyYAML reads it the same
+    plain = {k: v for k, v in cfg.to_dict().items() if v is not None}  # absent sections are left out
+    assert yaml.safe_load(cfg.to_yaml()) == plain  # plain PyYAML reads it the same
+    ppo = load_train_config(write(ws, FULL_PPO, name="ppo.yaml"))
+    assert load_train_config(write(ws, ppo.to_yaml(), name="saved_ppo.yaml")) == ppo
 
 
 def test_yaml_flavour():
@@ -196,12 +230,14 @@ def test_derived_defaults_follow_other_keys(ws):
                                   "micro_batch_size": 2, "clip_ratio": 0.3,
                                   "adv_estimator": "dr_grpo"},
                     "runtime": {"seed": 5}, "generate_config": {"max_tokens": 99},
-                    "actor_config": {"load": "hf"}})
+                    "actor_config": {"load": "hf"}, "eval": {"path": "heldout.jsonl"}},
+               overrides=["rl_config.kl_coef=0.01"])
     assert cfg.rl_config.mini_batch_size == 8
     assert (cfg.rl_config.clip_ratio_low, cfg.rl_config.clip_ratio_high) == (0.3, 0.3)
     assert cfg.rl_config.norm_adv_by_std is False  # dr_grpo turns it off
     assert cfg.data.seed == 5 and cfg.eval.max_tokens == 99
-    assert cfg.ref.ref_model_load_path == "hf"  # null -> actor_config.load
+    assert cfg.ref.ref_model_load_path == "hf"  # null -> actor_config.load (a KL term needs a reference)
+    assert cfg.rl_config.verifier_function == ["acc"] and cfg.rl_config.verifier_weight == [1.0]
 
 
 def test_reinforce_plus_plus_allows_one_sample_per_prompt(ws):
@@ -310,7 +346,7 @@ def test_unknown_key_inside_alias_container(ws):
      ["12 does not divide mini_batch_size = 32"]),
     ({"rl_config": {"n_samples_per_prompt": 1}}, "rl_config.n_samples_per_prompt",
      ["must be >= 2", "'grpo'"]),
-    ({"rl_config": {"verifier_function": ["acc", "format"]}}, "rl_config.verifier_weight",
+    ({"rl_config": {"verifier_function": ["acc", "format"], "verifier_weight": [1.0]}}, "rl_config.verifier_weight",
      ["has 1 entries but verifier_function has 2"]),
     ({"rl_config": {"verifier_function": ["acc", "acc"], "verifier_weight": [1, 1]}},
      "rl_config.verifier_function", ["more than once"]),
@@ -416,7 +452,8 @@ def test_relative_paths_resolve_against_cwd(ws, tmp_path_factory, monkeypatch):
 
 def test_model_name_and_home_expansion(ws, monkeypatch):
     monkeypatch.setenv("HOME", str(ws))
-    cfg = load(ws, {"actor_config": {"model": "tiny", "tokenizer_name_or_path": "~/tok"}})
+    cfg = load(ws, {"actor_config": {"model": "tiny", "tokenizer_name_or_path": "~/tok"},
+                    "rl_config": {"kl_coef": 0.1}})
     assert cfg.actor_config.model == "model_configs/tiny.yaml"
     assert cfg.ref.model == "model_configs/tiny.yaml"
     assert cfg.actor_config.tokenizer_name_or_path == str(ws / "tok")
@@ -540,10 +577,11 @@ def test_import_uses_only_stdlib_and_yaml():
 
 def test_docs_cover_every_key():
     doc = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
-    cfg = config_from_dict(BASE, check_paths=False)
+    hints = typing.get_type_hints(TrainConfig)
     for section in SECTIONS:
         assert f"`{section}`" in doc, section
-        for f in dataclasses.fields(type(getattr(cfg, section))):
+        cls = [t for t in typing.get_args(hints[section]) if t is not type(None)] or [hints[section]]
+        for f in dataclasses.fields(cls[0]):  # optional sections (critic_config, reward_config) too
             assert f"`{f.name}`" in doc, f"{section}.{f.name} is not documented"
     for alias in ALIASES:
         assert alias in doc, f"alias {alias} is not documented"

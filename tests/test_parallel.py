@@ -104,6 +104,46 @@ def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path
     assert (par_ck / "strategy" / "train_policy_strategy" / "strategy_0.json").exists()
 
 
+def test_ppo_step_infer_tp2_train_dp2_critic_dp2_matches_single_process(grpo_dir, tmp_path):
+    """One PPO step (critic from the policy, GAE, KL in the reward, PPO-ptx, 2 mini-batches) under msrun with
+    infer tp=2, actor dp=2 and critic dp=2 equals the single-process step: losses, policy and critic weights."""
+    from conftest import make_sft_mindrecord
+    d = grpo_dir
+    sft = make_sft_mindrecord(d) if not (d / "sft.mindrecord").exists() else d / "sft.mindrecord"
+    ppo = ["rl_config.adv_estimator=gae", "rl_config.n_samples_per_prompt=1", "rl_config.global_batch_size=16",
+           "rl_config.mini_batch_size=8", "rl_config.micro_batch_size=4", "rl_config.kl_coef=0.05",
+           "rl_config.use_kl_in_reward=true", "rl_config.pretrain_coef=0.2", f"data.ptx_path={sft}",
+           "critic_config.lr=1e-3"]
+    env = dict(os.environ, GLOG_v="3")
+    single = subprocess.run([sys.executable, WORKER, "grpo", str(tmp_path / "single.json"), CONFIG]
+                            + grpo_overrides(d, "ppo_single") + ppo, cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert single.returncode == 0, single.stderr[-3000:]
+    msrun([WORKER, "grpo", str(tmp_path / "par.json"), CONFIG] + grpo_overrides(d, "ppo_par") + ppo
+          + ["generate_config.infer_tensor_parallel_size=2", "actor_config.tensor_model_parallel_size=1",
+             "critic_config.tensor_model_parallel_size=1"], str(tmp_path / "log"))
+    a = json.loads((tmp_path / "single.json").read_text())
+    b = json.loads((tmp_path / "par.json").read_text())
+    assert a["critic/score/mean"] == pytest.approx(b["critic/score/mean"], rel=1e-6)   # identical rollouts
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/ptx_loss", "actor/reward_kl_penalty", "critic/vf_loss",
+                "critic/grad_norm", "critic/vf_clipfrac", "critic/values/mean", "critic/advantages/max"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+    from mindrl.models.weights import TensorSource
+    for role, init in (("policy", d / "policy"), ("critic", None)):
+        wa = TensorSource(str(d / "ppo_single" / "ckpt" / "iter_0000001" / role))
+        wb = TensorSource(str(d / "ppo_par" / "ckpt" / "iter_0000001" / role))
+        assert sorted(wa.names()) == sorted(wb.names()), role
+        # all weights together to 1e-5; each tensor to 1e-4, since Adam divides by sqrt(v), and on a tensor with
+        # tiny gradients (a key bias) the rounding difference of a 2-replica sum becomes a visible step
+        diff = sum(float(np.sum((wa.get(n) - wb.get(n)) ** 2)) for n in wa.names())
+        assert diff ** 0.5 <= 1e-5 * sum(float(np.sum(wa.get(n) ** 2)) for n in wa.names()) ** 0.5, role
+        for name in wa.names():
+            x, y = wa.get(name), wb.get(name)
+            assert np.linalg.norm(x - y) <= 1e-4 * max(np.linalg.norm(x), 1e-12), (role, name)
+    assert float(np.abs(TensorSource(str(d / "ppo_single" / "ckpt" / "iter_0000001" / "critic")).get(
+        "score.weight")).max()) > 0  # the zero value head was trained
+
+
 def test_train_tp2_checkpoint_merges_offline_with_mindspore(grpo_dir, tmp_path):
     """Train tp=2 / infer dp=2: MindSpore's transform_checkpoints merges mindrl's 2-rank checkpoint into one
     that loads in a single process and gives the logits of the gathered HF export."""

@@ -27,8 +27,10 @@ from mindrl.data.preprocess import PreprocessError, load_config, preprocess  # n
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vocab_path", required=True, help="Qwen vocab.json")
-    p.add_argument("--merges_file_path", required=True, help="Qwen merges.txt")
+    p.add_argument("--vocab_path", help="Qwen vocab.json (with --merges_file_path)")
+    p.add_argument("--merges_file_path", help="Qwen merges.txt")
+    p.add_argument("--tokenizer_dir", help="instead of vocab/merges: any tokenizer directory mindrl reads "
+                                           "(tokenizer.json, vocab.json + merges.txt, tokenizer.model)")
     p.add_argument("--file_path", required=True, help="input .jsonl (or .json / .parquet)")
     p.add_argument("--output_path", required=True, help="output .mindrecord file")
     p.add_argument("--max_prompt_length", type=int, default=2048, help="prompt length (padded to it)")
@@ -42,10 +44,15 @@ def get_args(argv=None):
 
 def main(argv=None) -> int:
     args = get_args(argv)
+    if bool(args.tokenizer_dir) == bool(args.vocab_path and args.merges_file_path):
+        print("rlhf_data.py: error: give --vocab_path and --merges_file_path, or --tokenizer_dir", file=sys.stderr)
+        return 2
+    tokenizer = {"tokenizer_name_or_path": args.tokenizer_dir} if args.tokenizer_dir else \
+        {"vocab_file": args.vocab_path, "merge_file": args.merges_file_path}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     try:
         cfg = load_config(None, extra={
-            "input": args.file_path, "vocab_file": args.vocab_path, "merge_file": args.merges_file_path,
+            "input": args.file_path, **tokenizer,
             "output_prefix": args.output_path, "handler_name": "sft", "prompt_type": "empty",
             "map_keys": {"prompt": args.prompt_key, "query": "", "response": args.response_key},
             "max_prompt_length": args.max_prompt_length, "seq_length": args.seq_length,

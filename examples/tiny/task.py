@@ -29,6 +29,42 @@ def training_ids(count: int, seed: int):
     return out
 
 
+def wrong_answer(pid: int, rng: random.Random) -> str:
+    """A plausible mistake for problem ``pid``, never the right answer. Half the time only the units digit is
+    wrong (uniformly another digit), the mistake the demo policy makes most; a reward model of its size cannot
+    check ``(a + b - c) mod 10``, and these pairs teach it to be indifferent to that digit rather than to prefer
+    some digits, which PPO would exploit. The other half are mistakes it can learn to see: a wrong tens or hundreds
+    digit, an answer off by 10, 20 or 100, a wrong sign or length."""
+    right = problem(pid)[1]
+    while True:
+        if rng.random() < 0.5:
+            text = right[:-1] + str((int(right[-1]) + rng.randrange(1, 10)) % 10)
+        else:
+            kind = rng.random()
+            digits = [i for i, ch in enumerate(right[:-1]) if ch.isdigit()]
+            if kind < 0.4 and digits:
+                i = rng.choice(digits)
+                text = right[:i] + str(rng.randrange(10)) + right[i + 1:]
+            elif kind < 0.8:
+                text = str(int(right) + rng.choice([-1, 1]) * rng.choice([10, 20, 100]))
+            elif kind < 0.9:
+                text = str(-int(right))
+            else:
+                text = right + str(rng.randrange(10)) if rng.random() < 0.5 else right[:-1]
+        if text not in (right, "", "-", "-0") and not (len(text.lstrip("-")) > 1 and text.lstrip("-")[0] == "0"):
+            return text
+
+
+def write_pairs_jsonl(path: str, ids, seed: int):
+    """Preference pairs for reward-model training: the right answer is chosen, a plausible mistake rejected."""
+    rng = random.Random(seed)
+    with open(path, "w") as fh:
+        for pid in ids:
+            prompt, answer = problem(pid)
+            rejected = wrong_answer(pid, rng)
+            fh.write(json.dumps({"prompt": prompt, "chosen": answer, "rejected": rejected}) + "\n")
+
+
 def write_jsonl(path: str, ids):
     with open(path, "w") as fh:
         for pid in ids:
@@ -39,12 +75,19 @@ def write_jsonl(path: str, ids):
 if __name__ == "__main__":
     import argparse
     import os
-    ap = argparse.ArgumentParser(description="write the tiny-math GRPO prompts and the held-out set as jsonl")
+    ap = argparse.ArgumentParser(description="write the tiny-math prompts and the held-out set as jsonl; with "
+                                             "--pairs, preference pairs for reward-model training instead")
     ap.add_argument("--out", default="dataset/tiny_math")
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--pairs", action="store_true", help="write pairs.jsonl and pairs_heldout.jsonl")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    write_jsonl(os.path.join(args.out, "train.jsonl"), training_ids(args.rows, args.seed))
-    write_jsonl(os.path.join(args.out, "heldout.jsonl"), heldout_ids())
-    print(f"wrote {args.rows} training prompts and 1000 held-out prompts to {args.out}")
+    if args.pairs:  # other problems than the prompts' (another seed); held-out pairs on the held-out problems
+        write_pairs_jsonl(os.path.join(args.out, "pairs.jsonl"), training_ids(args.rows, args.seed + 100), args.seed)
+        write_pairs_jsonl(os.path.join(args.out, "pairs_heldout.jsonl"), heldout_ids(), args.seed + 1)
+        print(f"wrote {args.rows} training pairs and 1000 held-out pairs to {args.out}")
+    else:
+        write_jsonl(os.path.join(args.out, "train.jsonl"), training_ids(args.rows, args.seed))
+        write_jsonl(os.path.join(args.out, "heldout.jsonl"), heldout_ids())
+        print(f"wrote {args.rows} training prompts and 1000 held-out prompts to {args.out}")

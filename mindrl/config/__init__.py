@@ -9,16 +9,20 @@ Imports only the standard library and yaml, so it is safe before msrun's ``init(
 See docs/configuration.md for every key.
 """
 from mindrl.config.loader import (
-    ALIASES,
+    ConfigKind,
     config_from_dict,
     dump_yaml,
+    load_config,
     load_train_config,
     parse_yaml,
 )
+from mindrl.config.train import ALIASES, TRAIN
 from mindrl.config.schema import (
     SECTIONS,
     ActorConfig,
     ConfigError,
+    CriticConfig,
+    RewardModelConfig,
     DataConfig,
     EvalConfig,
     GenerateConfig,
@@ -30,7 +34,8 @@ from mindrl.config.schema import (
 )
 
 __all__ = [
-    "ALIASES", "SECTIONS", "ActorConfig", "ConfigError", "DataConfig", "EvalConfig",
+    "ALIASES", "SECTIONS", "TRAIN", "ActorConfig", "ConfigError", "ConfigKind", "CriticConfig", "DataConfig",
+    "EvalConfig", "RewardModelConfig", "load_config",
     "GenerateConfig", "LoggingConfig", "RefConfig", "RLConfig", "RuntimeConfig", "TrainConfig",
     "config_from_dict", "dump_yaml", "load_train_config", "parse_yaml",
 ]

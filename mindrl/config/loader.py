@@ -1,4 +1,7 @@
-"""Load, override, resolve and validate a training config.
+"""Load, override, resolve and validate a config: the engine every kind of mindrl config goes through.
+
+A kind (:class:`ConfigKind`) names its root dataclass, aliases and rules: ``mindrl/config/train.py`` for
+``mindrl train``, ``mindrl/config/reward_training.py`` for ``mindrl train-rm``.
 
 Pipeline (all before anything touches mindspore):
 
@@ -27,7 +30,7 @@ from typing import Any, Iterable, Union
 
 import yaml
 
-from mindrl.config.schema import SECTIONS, ConfigError, TrainConfig
+from mindrl.config.schema import ConfigError
 
 # --------------------------------------------------------------------------------------------
 # yaml flavour
@@ -102,47 +105,13 @@ def dump_yaml(data: Any) -> str:
 # --------------------------------------------------------------------------------------------
 # aliases
 
-# alias dotted key -> canonical dotted key
-ALIASES: dict[str, str] = {
-    "seed": "runtime.seed",
-    "rl_config.algorithm": "rl_config.adv_estimator",
-    "rl_config.init_kl_coef": "rl_config.kl_coef",
-    "rl_config.integrated_mode_config.ref_model_load_path": "ref.ref_model_load_path",
-    "rl_config.max_prompt_length": "generate_config.max_prompt_length",
-    "rl_config.use_tensorboard": "logging.tensorboard",
-    "generate_config.sampling_config.max_tokens": "generate_config.max_tokens",
-    "generate_config.sampling_config.min_tokens": "generate_config.min_tokens",
-    "generate_config.sampling_config.temperature": "generate_config.temperature",
-    "generate_config.sampling_config.top_k": "generate_config.top_k",
-    "generate_config.sampling_config.top_p": "generate_config.top_p",
-    "generate_config.sampling_config.repetition_penalty": "generate_config.repetition_penalty",
-}
-
-# mappings that exist only to hold aliases, e.g. rl_config.integrated_mode_config
-_ALIAS_CONTAINERS: dict[str, list[str]] = {}
-for _alias in ALIASES:
-    _parts = _alias.split(".")
-    if len(_parts) == 3:
-        _ALIAS_CONTAINERS.setdefault(".".join(_parts[:2]), []).append(_parts[2])
-
-# hints for sections of other frameworks' configs
-_SECTION_HINTS = {
-    "megatron_training": "mindrl has no megatron_training section; its keys live at "
-                         "global_batch_size -> rl_config.global_batch_size, "
-                         "tokenizer_name_or_path -> actor_config.tokenizer_name_or_path, "
-                         "data_path -> data.path (a .mindrecord from `mindrl preprocess`), "
-                         "seed -> runtime.seed",
-    "defaults": "pick the model with actor_config.model (a name in model_configs/ or a path)",
-    "critic_config": "a critic (PPO) is not supported yet",
-}
-
 _MISSING_SECTION = object()
 
 
 # --------------------------------------------------------------------------------------------
 # error collection
 
-class _Errors:
+class Errors:
     def __init__(self, source: str):
         self.source = source
         self.lines: list[str] = []
@@ -193,19 +162,43 @@ def _fmt_num(x: float) -> str:
 # --------------------------------------------------------------------------------------------
 # schema helpers
 
-def _section_fields(section: str) -> dict[str, dataclasses.Field]:
-    cls = typing.get_type_hints(TrainConfig)[section]
-    return {f.name: f for f in dataclasses.fields(cls)}
+class ConfigKind:
+    """One kind of config file: its root dataclass (whose fields are the sections), the alias spellings it
+    accepts, hints for sections of other frameworks, and its own rules.
 
+    ``resolve(cfg, explicit, name)`` fills derived defaults, ``rules(cfg, explicit, err)`` checks keys that
+    depend on each other, ``paths(cfg, err)`` checks the files the run needs, ``finish(cfg)`` fills what depends
+    on checked paths. ``explicit`` is the set of dotted keys the file or an override gave.
+    """
 
-def _all_keys() -> list[str]:
-    keys = [f"{s}.{k}" for s in SECTIONS for k in _section_fields(s)]
-    return keys + list(ALIASES)
+    def __init__(self, root: type, aliases: dict, section_hints: dict, resolve, rules, paths, finish=None):
+        self.root, self.aliases, self.section_hints = root, dict(aliases), dict(section_hints)
+        self.resolve, self.rules, self.paths, self.finish = resolve, rules, paths, finish
+        self.sections = tuple(f.name for f in dataclasses.fields(root))
+        # mappings that exist only to hold aliases, e.g. rl_config.integrated_mode_config
+        self.alias_containers: dict[str, list[str]] = {}
+        for alias in self.aliases:
+            parts = alias.split(".")
+            if len(parts) == 3:
+                self.alias_containers.setdefault(".".join(parts[:2]), []).append(parts[2])
 
+    def section_class(self, section: str) -> type:
+        return _strip_optional(typing.get_type_hints(self.root)[section])[0]
 
-def _field_type(section: str, key: str) -> Any:
-    cls = typing.get_type_hints(TrainConfig)[section]
-    return typing.get_type_hints(cls)[key]
+    def fields(self, section: str) -> dict[str, dataclasses.Field]:
+        return {f.name: f for f in dataclasses.fields(self.section_class(section))}
+
+    def all_keys(self) -> list[str]:
+        keys = [f"{s}.{k}" for s in self.sections for k in self.fields(s)]
+        return keys + list(self.aliases)
+
+    def field_type(self, section: str, key: str) -> Any:
+        return typing.get_type_hints(self.section_class(section))[key]
+
+    def default(self, key: str) -> Any:
+        section, name = key.split(".")
+        f = self.fields(section)[name]
+        return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
 def _strip_optional(tp: Any) -> tuple[Any, bool]:
@@ -215,20 +208,21 @@ def _strip_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _suggest(key: str, section: str | None) -> str:
+def _suggest(kind: ConfigKind, key: str, section: str | None) -> str:
     """' did you mean ...?' for an unknown key (in ``section``, or top level when None)."""
     if section is None:
-        close = difflib.get_close_matches(key, list(SECTIONS) + ["seed"], n=1)
+        tops = list(kind.sections) + [a for a in kind.aliases if "." not in a]
+        close = difflib.get_close_matches(key, tops, n=1)
         return f"; did you mean {close[0]!r}?" if close else ""
-    elsewhere = [s for s in SECTIONS if s != section and key in _section_fields(s)]
+    elsewhere = [s for s in kind.sections if s != section and key in kind.fields(s)]
     if elsewhere:
         return f"; did you mean '{elsewhere[0]}.{key}'?"
-    names = list(_section_fields(section))
-    names += [a.split(".", 1)[1] for a in ALIASES if a.startswith(section + ".")]
+    names = list(kind.fields(section))
+    names += [a.split(".", 1)[1] for a in kind.aliases if a.startswith(section + ".")]
     close = difflib.get_close_matches(key, names, n=1)
     if close:
         return f"; did you mean '{section}.{close[0]}'?"
-    leaves = {k.rsplit(".", 1)[1]: k for k in reversed(_all_keys()) if "." in k}
+    leaves = {k.rsplit(".", 1)[1]: k for k in reversed(kind.all_keys()) if "." in k}
     close = difflib.get_close_matches(key, list(leaves), n=1)
     if close:
         return f"; did you mean {leaves[close[0]]!r}?"
@@ -255,9 +249,9 @@ def _section_dict(raw: dict, section: str) -> dict | None:
     return node if isinstance(node, dict) else None
 
 
-def _canonicalize(raw: dict, err: _Errors) -> None:
+def _canonicalize(kind: ConfigKind, raw: dict, err: Errors) -> None:
     """Move alias spellings onto their canonical keys, in place."""
-    for alias, canonical in ALIASES.items():
+    for alias, canonical in kind.aliases.items():
         parts = alias.split(".")
         parent = _get_path(raw, parts[:-1]) if len(parts) > 1 else raw
         if not isinstance(parent, dict) or parts[-1] not in parent:
@@ -272,7 +266,7 @@ def _canonicalize(raw: dict, err: _Errors) -> None:
                            f"({alias} is an alias of {canonical}; give only one)")
             continue
         target[key] = value
-    for container, children in _ALIAS_CONTAINERS.items():
+    for container, children in kind.alias_containers.items():
         section, name = container.split(".")
         parent = raw.get(section)
         if not isinstance(parent, dict) or name not in parent:
@@ -300,19 +294,19 @@ def parse_override(text: str) -> tuple[str, str]:
     return key, value_text
 
 
-def _apply_overrides(raw: dict, overrides: Iterable[str], err: _Errors) -> None:
+def _apply_overrides(kind: ConfigKind, raw: dict, overrides: Iterable[str], err: Errors) -> None:
     for text in overrides:
         try:
             key, value_text = parse_override(text)
         except ConfigError as exc:
             err.lines.append(f"{err.source}: {exc}")
             continue
-        canonical = ALIASES.get(key, key)
+        canonical = kind.aliases.get(key, key)
         parts = canonical.split(".")
-        if len(parts) != 2 or parts[0] not in SECTIONS or parts[1] not in _section_fields(parts[0]):
-            close = difflib.get_close_matches(key, _all_keys(), n=1)
+        if len(parts) != 2 or parts[0] not in kind.sections or parts[1] not in kind.fields(parts[0]):
+            close = difflib.get_close_matches(key, kind.all_keys(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            if len(parts) == 1 and parts[0] in SECTIONS:
+            if len(parts) == 1 and parts[0] in kind.sections:
                 hint = f"; override one key inside it, e.g. {parts[0]}.<key>=<value>"
             err.add(key, f"unknown key in command-line override {text!r}{hint}")
             continue
@@ -323,7 +317,7 @@ def _apply_overrides(raw: dict, overrides: Iterable[str], err: _Errors) -> None:
             err.add(canonical, f"cannot parse value {value_text!r} of command-line override: "
                                f"{' '.join(str(exc).split())}")
             continue
-        tp, _ = _strip_optional(_field_type(section, name))
+        tp, _ = _strip_optional(kind.field_type(section, name))
         if tp is str and value is not None and not isinstance(value, str):
             value = value_text  # e.g. logging.name=007 stays "007"
         target = _section_dict(raw, section)
@@ -340,7 +334,7 @@ def _apply_overrides(raw: dict, overrides: Iterable[str], err: _Errors) -> None:
 _BAD = object()
 
 
-def _check_scalar(value: Any, tp: Any, meta: dict, key: str, err: _Errors) -> Any:
+def _check_scalar(value: Any, tp: Any, meta: dict, key: str, err: Errors) -> Any:
     if value is None:
         err.add(key, "must not be null")
         return _BAD
@@ -399,7 +393,7 @@ def _range_text(meta: dict) -> str:
     return f"{'<=' if hi[0] == 'le' else '<'} {_fmt_num(hi[1])}"
 
 
-def _coerce(value: Any, tp: Any, meta: dict, key: str, err: _Errors) -> Any:
+def _coerce(kind: ConfigKind, value: Any, tp: Any, meta: dict, key: str, err: Errors) -> Any:
     tp, optional = _strip_optional(tp)
     if value is None and dataclasses.is_dataclass(tp):
         value = {}  # an empty section (`eval:`) means all defaults
@@ -409,7 +403,7 @@ def _coerce(value: Any, tp: Any, meta: dict, key: str, err: _Errors) -> Any:
         err.add(key, "must not be null")
         return _BAD
     if dataclasses.is_dataclass(tp):
-        return _walk(tp, value, key, err)
+        return _walk(kind, tp, value, key, err)
     if typing.get_origin(tp) is list:
         (item_tp,) = typing.get_args(tp)
         if not isinstance(value, list):
@@ -421,7 +415,7 @@ def _coerce(value: Any, tp: Any, meta: dict, key: str, err: _Errors) -> Any:
     return _check_scalar(value, tp, meta, key, err)
 
 
-def _walk(cls: type, raw: Any, prefix: str, err: _Errors) -> Any:
+def _walk(kind: ConfigKind, cls: type, raw: Any, prefix: str, err: Errors) -> Any:
     """Build dataclass ``cls`` from mapping ``raw``, reporting every problem under ``prefix``."""
     if raw is None:
         raw = {}
@@ -437,19 +431,19 @@ def _walk(cls: type, raw: Any, prefix: str, err: _Errors) -> Any:
             bad = True
             dotted = f"{prefix}.{key}" if prefix else str(key)
             if not prefix:
-                hint = _SECTION_HINTS.get(key, "")
-                hint = f"; {hint}" if hint else _suggest(str(key), None)
-                err.add(dotted, f"unknown section{hint} (sections: {', '.join(SECTIONS)})")
+                hint = kind.section_hints.get(key, "")
+                hint = f"; {hint}" if hint else _suggest(kind, str(key), None)
+                err.add(dotted, f"unknown section{hint} (sections: {', '.join(kind.sections)})")
             else:
-                err.add(dotted, f"unknown key{_suggest(str(key), prefix)}")
+                err.add(dotted, f"unknown key{_suggest(kind, str(key), prefix)}")
     kwargs = {}
     for name, f in fields.items():
         dotted = f"{prefix}.{name}" if prefix else name
         tp = hints[name]
         if name in raw:
-            value = _coerce(raw[name], tp, f.metadata, dotted, err)
+            value = _coerce(kind, raw[name], tp, f.metadata, dotted, err)
         elif dataclasses.is_dataclass(tp):
-            value = _walk(tp, {}, dotted, err)  # absent section: defaults / missing required keys
+            value = _walk(kind, tp, {}, dotted, err)  # absent section: defaults / missing required keys
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             err.add(dotted, "missing required key")
             value = _BAD
@@ -462,235 +456,46 @@ def _walk(cls: type, raw: Any, prefix: str, err: _Errors) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-# derived defaults and cross-key rules
+# checks on paths, shared by the config kinds
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-# GSPO's clip range (Zheng et al. 2025, sec. 5.1): the sequence-level ratio moves far less than a token's
-_GSPO_CLIP = (3e-4, 4e-4)
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _resolve_defaults(cfg: TrainConfig, explicit: set[str], name: str) -> None:
-    rl = cfg.rl_config
-    if rl.mini_batch_size is None:
-        rl.mini_batch_size = rl.global_batch_size * rl.n_samples_per_prompt
-    gspo = rl.policy_loss == "gspo" and "rl_config.clip_ratio" not in explicit
-    if rl.clip_ratio_low is None:
-        rl.clip_ratio_low = _GSPO_CLIP[0] if gspo else rl.clip_ratio
-    if rl.clip_ratio_high is None:
-        rl.clip_ratio_high = _GSPO_CLIP[1] if gspo else rl.clip_ratio
-    if rl.policy_loss == "gspo" and "rl_config.loss_agg_mode" not in explicit:
-        rl.loss_agg_mode = "seq-mean-token-mean"
-    if rl.adv_estimator == "dr_grpo" and "rl_config.norm_adv_by_std" not in explicit:
-        rl.norm_adv_by_std = False
-    # `use_kl_in_loss: false` is mindrl's older spelling of "KL as a reward penalty"
-    if ("rl_config.use_kl_in_loss" in explicit and rl.use_kl_in_loss is False
-            and "rl_config.use_kl_in_reward" not in explicit):
-        rl.use_kl_in_reward = True
-    if rl.use_kl_in_loss is None:
-        rl.use_kl_in_loss = not rl.use_kl_in_reward
-    if cfg.data.seed is None:
-        cfg.data.seed = cfg.runtime.seed
-    if cfg.eval.max_tokens is None:
-        cfg.eval.max_tokens = cfg.generate_config.max_tokens
-    if cfg.logging.name is None:
-        cfg.logging.name = name
-    cfg.logging.log_dir = cfg.logging.log_dir.replace("<name>", cfg.logging.name)
-
-
-def _default(key: str):
-    section, name = key.split(".")
-    f = _section_fields(section)[name]
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
-
-
-def _check_rules(cfg: TrainConfig, explicit: set[str], err: _Errors) -> None:
-    from mindrl.algorithms import get_advantage_estimator
-    rl, actor, gen = cfg.rl_config, cfg.actor_config, cfg.generate_config
-    values = {f"{s}.{k}": v for s, sec in cfg.to_dict().items() for k, v in sec.items()}
-
-    def inert(key: str, why: str, switch: str | None = None) -> None:
-        """A key the run would not act on: refused when the user set it to something other than its default,
-        unless the user also set the ``switch`` that turns it off (then they know, e.g. a DAPO yaml run with
-        ``rl_config.dynamic_sampling=false`` keeps its max_num_gen_batches)."""
-        if key in explicit and values[key] != _default(key) and switch not in explicit:
-            err.add(key, f"{_show(values[key])} has no effect: {why}; remove it")
-
-    est = get_advantage_estimator(rl.adv_estimator)
-    if est.needs_groups and rl.n_samples_per_prompt < 2:
-        err.add("rl_config.n_samples_per_prompt",
-                f"must be >= 2 for adv_estimator {rl.adv_estimator!r} (the group baseline needs "
-                f"more than one response per prompt), got {rl.n_samples_per_prompt}")
-    if est.needs_critic:
-        err.add("rl_config.adv_estimator",
-                f"{rl.adv_estimator!r} needs a critic (a value model), and this config has no critic_config "
-                f"section; add one, or pick an estimator without a critic: grpo, dr_grpo, rloo, "
-                f"reinforce_plus_plus, reinforce_plus_plus_baseline")
-    users = lambda key: ", ".join(sorted(n for n, e in _estimators().items() if key in e.options))  # noqa: E731
-    for key in ("gamma", "lam", "advantage_whiten"):
-        if key not in est.options:
-            inert(f"rl_config.{key}", f"adv_estimator {rl.adv_estimator!r} does not use it (used by: {users(key)})")
-    if rl.adv_estimator not in ("grpo", "dr_grpo"):
-        inert("rl_config.norm_adv_by_std", f"only grpo scales advantages by the group std, not "
-                                           f"{rl.adv_estimator!r}")
-    if rl.dynamic_sampling and not est.needs_groups:
-        err.add("rl_config.dynamic_sampling",
-                f"drops prompts whose samples all scored the same, which needs groups of samples; "
-                f"adv_estimator {rl.adv_estimator!r} has none")
-
-    # KL: in the loss, in the reward, or nowhere
-    if rl.use_kl_in_loss and rl.use_kl_in_reward:
-        err.add("rl_config.use_kl_in_reward",
-                "and rl_config.use_kl_in_loss are both true: the KL would be applied twice; choose one")
-    if rl.use_kl_in_reward and rl.kl_coef == 0:
-        why = ("rl_config.use_kl_in_loss: false puts the KL into the reward" if "rl_config.use_kl_in_reward"
-               not in explicit else "rl_config.use_kl_in_reward is true")
-        err.add("rl_config.kl_coef", f"is 0 but {why}; set kl_coef > 0 (alias init_kl_coef), or drop the KL keys")
-    if not rl.use_kl_in_loss and not rl.use_kl_in_reward and rl.kl_coef > 0:
-        err.add("rl_config.kl_coef", f"{_fmt_num(rl.kl_coef)} but use_kl_in_loss and use_kl_in_reward are both "
-                                     f"false: the KL would go nowhere")
-    if rl.kl_ctrl_type == "adaptive" and not rl.use_kl_in_reward:
-        err.add("rl_config.kl_ctrl_type", "adaptive adjusts the coefficient of a KL reward penalty; it needs "
-                                          "rl_config.use_kl_in_reward: true")
-    if rl.kl_ctrl_type != "adaptive":
-        for key in ("kl_target", "kl_horizon"):
-            inert(f"rl_config.{key}", "only the adaptive KL controller reads it (rl_config.kl_ctrl_type: adaptive)",
-                  "rl_config.kl_ctrl_type")
-    if rl.kl_coef == 0:
-        inert("rl_config.kl_penalty", "kl_coef is 0, so there is no KL term; set rl_config.kl_coef",
-              "rl_config.kl_coef")
-
-    if rl.policy_loss == "gspo":
-        if rl.clip_ratio_c is not None:
-            err.add("rl_config.clip_ratio_c", "GSPO clips the sequence ratio and has no dual clip; remove it")
-        if rl.loss_agg_mode != "seq-mean-token-mean":
-            err.add("rl_config.loss_agg_mode", f"{rl.loss_agg_mode!r}: GSPO's sequence-level objective needs "
-                                               f"seq-mean-token-mean (the default with policy_loss gspo)")
-    if "rl_config.clip_ratio_low" in explicit and "rl_config.clip_ratio_high" in explicit:
-        inert("rl_config.clip_ratio", "clip_ratio_low and clip_ratio_high are both given")
-
-    total = rl.global_batch_size * rl.n_samples_per_prompt
-    if total % rl.mini_batch_size:
-        err.add("rl_config.mini_batch_size",
-                f"{rl.mini_batch_size} does not divide global_batch_size*n_samples_per_prompt = "
-                f"{rl.global_batch_size}*{rl.n_samples_per_prompt} = {total}")
-    elif rl.mini_batch_size % rl.micro_batch_size:
-        err.add("rl_config.micro_batch_size",
-                f"{rl.micro_batch_size} does not divide mini_batch_size = {rl.mini_batch_size}")
-    if rl.adv_estimator == "dr_grpo" and rl.norm_adv_by_std:
-        err.add("rl_config.norm_adv_by_std",
-                "must be false with adv_estimator 'dr_grpo' (Dr. GRPO does not scale advantages "
-                "by the group std); remove the key or set it to false")
-    if not rl.verifier_function:
-        err.add("rl_config.verifier_function", "must name at least one verifier, e.g. [acc]")
-    dups = sorted({v for v in rl.verifier_function if rl.verifier_function.count(v) > 1})
-    if dups:
-        err.add("rl_config.verifier_function", f"lists {', '.join(dups)} more than once")
-    if len(rl.verifier_weight) != len(rl.verifier_function):
-        err.add("rl_config.verifier_weight",
-                f"has {len(rl.verifier_weight)} entries but verifier_function has "
-                f"{len(rl.verifier_function)} ({_show(rl.verifier_function)}); "
-                f"give one weight per verifier")
-    if rl.overlong_buffer_len >= gen.max_tokens:
-        err.add("rl_config.overlong_buffer_len",
-                f"{rl.overlong_buffer_len} must be smaller than generate_config.max_tokens = "
-                f"{gen.max_tokens}")
-    if rl.overlong_buffer_len == 0:
-        inert("rl_config.overlong_penalty_factor", "the overlong penalty is off (rl_config.overlong_buffer_len: 0)",
-              "rl_config.overlong_buffer_len")
-    if not rl.dynamic_sampling:
-        inert("rl_config.max_num_gen_batches", "dynamic sampling is off (rl_config.dynamic_sampling: false)",
-              "rl_config.dynamic_sampling")
-
-    if actor.min_lr > actor.lr:
-        err.add("actor_config.min_lr",
-                f"{_fmt_num(actor.min_lr)} is larger than lr = {_fmt_num(actor.lr)}")
-    if actor.lr_decay_style == "constant":
-        inert("actor_config.min_lr", "lr_decay_style is constant (min_lr is the floor of cosine/linear decay)",
-              "actor_config.lr_decay_style")
-    if actor.lr_warmup_fraction is not None and actor.lr_warmup_iters > 0:
-        err.add("actor_config.lr_warmup_fraction",
-                f"cannot be combined with lr_warmup_iters = {actor.lr_warmup_iters}; set only one")
-    if actor.lr_warmup_iters > rl.train_iters:
-        # legal (a short trial run of a long config), but the lr never reaches actor_config.lr: say so
-        import warnings
-        warnings.warn(f"actor_config.lr_warmup_iters = {actor.lr_warmup_iters} is longer than "
-                      f"rl_config.train_iters = {rl.train_iters}: the learning rate stays in warm-up", stacklevel=2)
-    if not actor.finetune and actor.load is None:
-        err.add("actor_config.load",
-                "is required when finetune is false (resuming needs the checkpoint directory "
-                "to restore step, optimizer, rng and data position from)")
-    if actor.finetune:
-        for key in ("no_load_optim", "no_load_rng"):
-            if f"actor_config.{key}" in explicit and values[f"actor_config.{key}"] is False:
-                err.add(f"actor_config.{key}", "false has no effect: finetune: true starts a new run and restores "
-                                               "no optimizer or RNG state; set finetune: false to resume")
-    if not actor.finetune and cfg.ref.ref_model_load_path is None and rl.kl_coef > 0:
-        err.add("ref.ref_model_load_path",
-                "is required when actor_config.finetune is false and kl_coef > 0: the resumed "
-                "checkpoint holds the trained actor, so give the original weights for the "
-                "reference model (MindSpeed-RL spelling: "
-                "rl_config.integrated_mode_config.ref_model_load_path)")
-    if rl.kl_coef == 0:
-        for key in ("ref.ref_model_load_path", "ref.model"):
-            if key in explicit and values[key] is not None:
-                err.add(key, "has no effect: there is no reference model without a KL term (rl_config.kl_coef "
-                             "is 0); remove it")
-    if actor.save_interval > 0 and actor.save is None:
-        err.add("actor_config.save_interval",
-                f"is {actor.save_interval} but actor_config.save is not set; give a save directory")
-    if actor.save is None:
-        inert("actor_config.keep_last", "nothing is saved (actor_config.save is not set)", "actor_config.save")
-    if gen.min_tokens > gen.max_tokens:
-        err.add("generate_config.min_tokens",
-                f"{gen.min_tokens} is larger than max_tokens = {gen.max_tokens}")
-    if cfg.eval.path is None:
-        for key in ("interval", "num_samples", "max_tokens"):
-            inert(f"eval.{key}", "there is no evaluation without eval.path", "eval.path")
-    if not cfg.runtime.enable_compile_cache:
-        inert("runtime.compile_cache_path", "runtime.enable_compile_cache is false", "runtime.enable_compile_cache")
-    if not cfg.runtime.only_save_strategy:
-        inert("runtime.strategy_dir", "strategy files go there only with runtime.only_save_strategy (or `mindrl "
-                                      "export-strategy`); checkpoints carry their own", "runtime.only_save_strategy")
-
-
-def _estimators():
-    from mindrl.algorithms import ADVANTAGE_ESTIMATORS
-    return ADVANTAGE_ESTIMATORS
-
-
-def _where(path: str) -> str:
+def where(path: str) -> str:
     if os.path.isabs(os.path.expanduser(path)):
         return ""
     return f" (relative paths are resolved against {os.getcwd()})"
 
 
-def _check_paths(cfg: TrainConfig, err: _Errors) -> None:
-    """Check the files the run needs; expand ``~``; resolve bare model names."""
-    actor, ref, rl = cfg.actor_config, cfg.ref, cfg.rl_config
+class PathChecks:
+    """Existence and shape checks of the files a config names; each failure becomes a line in ``err``."""
 
-    def exists(key: str, written: str, what: str) -> str | None:
+    def __init__(self, err: Errors):
+        self.err = err
+
+    def exists(self, key: str, written: str, what: str) -> str | None:
         path = os.path.expanduser(written)
         if not os.path.exists(path):
-            err.add(key, f"{what} not found: {written!r}{_where(written)}")
+            self.err.add(key, f"{what} not found: {written!r}{where(written)}")
             return None
         return path
 
-    def model(key: str, written: str) -> str:
+    def model(self, key: str, written: str) -> str:
+        """A model yaml (a bare name is looked up in model_configs/), a config.json or an HF directory."""
+        err = self.err
         path = os.path.expanduser(written)
         bare = ("/" not in written and os.sep not in written
                 and not written.endswith((".yaml", ".yml", ".json")))
         if bare and not os.path.exists(path):
-            for root in (Path.cwd(), _REPO_ROOT):
+            for root in (Path.cwd(), REPO_ROOT):
                 candidate = root / "model_configs" / f"{written}.yaml"
                 if candidate.is_file():
                     return str(candidate.relative_to(root) if root == Path.cwd() else candidate)
             err.add(key, f"model config not found: {written!r} (no such path, and no "
-                         f"model_configs/{written}.yaml in {Path.cwd()} or {_REPO_ROOT})")
+                         f"model_configs/{written}.yaml in {Path.cwd()} or {REPO_ROOT})")
             return written
         if not os.path.exists(path):
-            err.add(key, f"model config not found: {written!r}{_where(written)}")
+            err.add(key, f"model config not found: {written!r}{where(written)}")
         elif os.path.isdir(path):
             if not os.path.isfile(os.path.join(path, "config.json")):
                 err.add(key, f"directory {written!r} has no config.json (expected a HuggingFace "
@@ -700,14 +505,15 @@ def _check_paths(cfg: TrainConfig, err: _Errors) -> None:
                          f"got {written!r}")
         return path
 
-    def mindrecord(key: str, written: str, allow_jsonl: bool) -> str:
+    def mindrecord(self, key: str, written: str, allow_jsonl: bool) -> str:
+        err = self.err
         path = os.path.expanduser(written)
         suffix = os.path.splitext(path)[1]
         if suffix in (".json", ".jsonl", ".parquet") and not (allow_jsonl and suffix == ".jsonl"):
             err.add(key, f"expected a .mindrecord file{' or .jsonl' if allow_jsonl else ''}, got "
                          f"{written!r}; convert it with `mindrl preprocess`")
             return path
-        if exists(key, written, "dataset") is None:
+        if self.exists(key, written, "dataset") is None:
             return path
         if os.path.isdir(path):
             err.add(key, f"expected a .mindrecord file, got directory {written!r}")
@@ -716,98 +522,71 @@ def _check_paths(cfg: TrainConfig, err: _Errors) -> None:
                          f"data file)")
         return path
 
-    actor.model = model("actor_config.model", actor.model)
-    if ref.model is not None:
-        ref.model = model("ref.model", ref.model)
-
-    tok = exists("actor_config.tokenizer_name_or_path", actor.tokenizer_name_or_path, "tokenizer")
-    if tok is not None:
-        actor.tokenizer_name_or_path = tok
+    def tokenizer(self, key: str, written: str) -> str:
+        tok = self.exists(key, written, "tokenizer")
+        if tok is None:
+            return written
         from mindrl.data.tokenizer import VOCABULARY_FILES, has_tokenizer
         if os.path.isdir(tok) and not has_tokenizer(tok):
-            err.add("actor_config.tokenizer_name_or_path",
-                    f"directory {tok!r} contains none of {', '.join(VOCABULARY_FILES)}")
+            self.err.add(key, f"directory {tok!r} contains none of {', '.join(VOCABULARY_FILES)}")
+        return tok
 
-    if actor.load is not None:
-        load = exists("actor_config.load", actor.load, "checkpoint")
-        if load is not None:
-            if os.path.isfile(load) and not load.endswith((".ckpt", ".safetensors")):
-                err.add("actor_config.load",
-                        f"expected a directory, .ckpt or .safetensors, got {actor.load!r}")
-            elif not actor.finetune and not os.path.isdir(load):
-                err.add("actor_config.load",
-                        f"finetune is false, so {actor.load!r} must be a mindrl checkpoint "
-                        f"directory to resume from, not a file")
-            actor.load = load
-    if actor.save is not None:
-        actor.save = os.path.expanduser(actor.save)
-        if os.path.exists(actor.save) and not os.path.isdir(actor.save):
-            err.add("actor_config.save", f"{actor.save!r} exists and is not a directory")
+    def weights(self, key: str, written: str) -> str:
+        """Initial weights: an HF directory, a mindrl checkpoint, or a .ckpt / .safetensors file."""
+        load = self.exists(key, written, "checkpoint")
+        if load is None:
+            return written
+        if os.path.isfile(load) and not load.endswith((".ckpt", ".safetensors")):
+            self.err.add(key, f"expected a directory, .ckpt or .safetensors, got {written!r}")
+        return load
 
-    if ref.ref_model_load_path is not None:
-        found = exists("ref.ref_model_load_path", ref.ref_model_load_path, "reference weights")
-        ref.ref_model_load_path = found or ref.ref_model_load_path
-
-    if rl.custom_reward_file is not None:
-        # forms the reward loader accepts: file.py, file.py:func, package.module:func
-        target, _, func = rl.custom_reward_file.partition(":")
-        if target.endswith(".py"):
-            found = exists("rl_config.custom_reward_file", target, "reward file")
-            if found is not None:
-                if not os.path.isfile(found):
-                    err.add("rl_config.custom_reward_file", f"expected a .py file, got {rl.custom_reward_file!r}")
-                rl.custom_reward_file = found + (f":{func}" if func else "")
-        elif not func:
-            err.add("rl_config.custom_reward_file",
-                    f"expected file.py, file.py:function or package.module:function, got {rl.custom_reward_file!r}")
-
-    cfg.data.path = mindrecord("data.path", cfg.data.path, allow_jsonl=False)
-    if cfg.eval.path is not None:
-        cfg.eval.path = mindrecord("eval.path", cfg.eval.path, allow_jsonl=True)
-    for obj, name in ((cfg.logging, "log_dir"), (cfg.runtime, "compile_cache_path"),
-                      (cfg.runtime, "strategy_dir")):
-        setattr(obj, name, os.path.expanduser(getattr(obj, name)))
+    def output_dir(self, key: str, written: str) -> str:
+        path = os.path.expanduser(written)
+        if os.path.exists(path) and not os.path.isdir(path):
+            self.err.add(key, f"{written!r} exists and is not a directory")
+        return path
 
 
 # --------------------------------------------------------------------------------------------
 # public entry points
 
 def config_from_dict(data: dict, overrides: Iterable[str] = (), *, source: str = "<dict>",
-                     name: str = "run", check_paths: bool = True) -> TrainConfig:
+                     name: str = "run", check_paths: bool = True, kind: ConfigKind | None = None):
     """Validate an already-parsed config mapping (``data`` is not modified).
 
     ``source`` prefixes error messages; ``name`` is the default ``logging.name``;
-    ``check_paths=False`` skips every filesystem check (for unit tests of other modules).
+    ``check_paths=False`` skips every filesystem check (for unit tests of other modules);
+    ``kind`` is the kind of config (default: a training config, :data:`mindrl.config.train.TRAIN`).
     """
-    err = _Errors(source)
+    if kind is None:
+        from mindrl.config.train import TRAIN as kind
+    err = Errors(source)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of sections at the top level, got "
                           f"{_show(data)} ({_type_word(data)})")
     raw = copy.deepcopy(data)
-    _canonicalize(raw, err)
-    _apply_overrides(raw, overrides, err)
-    cfg = _walk(TrainConfig, raw, "", err)
+    _canonicalize(kind, raw, err)
+    _apply_overrides(kind, raw, overrides, err)
+    cfg = _walk(kind, kind.root, raw, "", err)
     err.raise_if_any()
-    assert isinstance(cfg, TrainConfig)
+    assert isinstance(cfg, kind.root)
     explicit = {f"{s}.{k}" for s, sec in raw.items() if isinstance(sec, dict) for k in sec}
 
-    _resolve_defaults(cfg, explicit, name)
-    _check_rules(cfg, explicit, err)
+    cfg._explicit = explicit  # for to_yaml: what the user gave, as opposed to what was resolved
+    kind.resolve(cfg, explicit, name)
+    kind.rules(cfg, explicit, err)
     if check_paths:
-        _check_paths(cfg, err)
+        kind.paths(cfg, err)
     err.raise_if_any()
-
-    if cfg.ref.model is None:
-        cfg.ref.model = cfg.actor_config.model
-    if cfg.ref.ref_model_load_path is None:
-        cfg.ref.ref_model_load_path = cfg.actor_config.load
+    if kind.finish is not None:
+        kind.finish(cfg)
     return cfg
 
 
-def load_train_config(path: str | os.PathLike, overrides: Iterable[str] = (), *,
-                      check_paths: bool = True) -> TrainConfig:
+def load_config(path: str | os.PathLike, overrides: Iterable[str] = (), *, check_paths: bool = True,
+                kind: ConfigKind | None = None):
     """Load ``path``, apply ``section.key=value`` overrides, resolve defaults and validate.
 
     Raises :class:`ConfigError` naming the file and the dotted key of every problem.
@@ -817,8 +596,13 @@ def load_train_config(path: str | os.PathLike, overrides: Iterable[str] = (), *,
         with open(os.path.expanduser(source), encoding="utf-8") as fh:
             text = fh.read()
     except FileNotFoundError:
-        raise ConfigError(f"{source}: config file not found{_where(source)}") from None
+        raise ConfigError(f"{source}: config file not found{where(source)}") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{source}: cannot read config file: {exc}") from None
     return config_from_dict(parse_yaml(text, source), overrides, source=source,
-                            name=Path(source).stem, check_paths=check_paths)
+                            name=Path(source).stem, check_paths=check_paths, kind=kind)
+
+
+def load_train_config(path: str | os.PathLike, overrides: Iterable[str] = (), *, check_paths: bool = True):
+    """A training config (``mindrl train``): :func:`load_config` with the train kind."""
+    return load_config(path, overrides, check_paths=check_paths)

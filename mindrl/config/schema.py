@@ -89,8 +89,9 @@ class RLConfig:
     loss_agg_mode: str = _opt("token-mean", choices=LOSS_AGG_MODES,
                               help="how token losses are averaged")
     norm_adv_by_std: bool = _opt(True, help="divide group advantages by the group std")
-    verifier_function: list[str] = _opt(factory=lambda: ["acc"], help="rule rewards to apply")
-    verifier_weight: list[float] = _opt(factory=lambda: [1.0], help="weight of each verifier")
+    verifier_function: list[str] | None = _opt(None, help="rule rewards to apply; null = [acc], or none "
+                                               "when a reward model scores (reward_config)")
+    verifier_weight: list[float] | None = _opt(None, help="weight of each verifier; null = 1.0 each")
     custom_reward_file: str | None = _opt(None, path=True,
                                           help="python file with extra reward functions")
     verifier_timeout: float = _opt(5.0, gt=0.0, help="seconds allowed per reward call")
@@ -102,19 +103,17 @@ class RLConfig:
     gamma: float = _opt(1.0, ge=0.0, le=1.0, help="discount (gae, reinforce_plus_plus)")
     lam: float = _opt(0.95, ge=0.0, le=1.0, help="GAE lambda (gae)")
     advantage_whiten: bool = _opt(True, help="whiten GAE advantages over the batch's valid tokens (gae)")
+    cliprange_value: float = _opt(0.5, gt=0.0, help="clip range of the critic's value update (PPO)")
+    critic_warmup: int = _opt(0, ge=0, help="first steps that update only the critic, not the actor (PPO)")
+    reward_clip_range: list[float] | None = _opt(None, help="[low, high] the sequence score is clipped to; "
+                                                 "null = no clipping")
+    pretrain_coef: float = _opt(0.0, ge=0.0, help="PPO-ptx: weight of a supervised loss on data.ptx_path's "
+                                "pretrain_ids (response tokens); 0 = off")
 
 
 @dataclass(kw_only=True)
-class ActorConfig:
-    model: str = _opt(path=True, help="model yaml (name in model_configs/ or path) or HF dir")
-    tokenizer_name_or_path: str = _opt(path=True, help="tokenizer directory or file")
-    load: str | None = _opt(None, path=True, help="initial weights or checkpoint to resume")
-    save: str | None = _opt(None, path=True, help="checkpoint output directory")
-    finetune: bool = _opt(True, help="true: weights only, step 0; false: resume from load")
-    no_load_optim: bool = _opt(False, help="on resume, do not restore optimizer state")
-    no_load_rng: bool = _opt(False, help="on resume, do not restore RNG state")
-    save_interval: int = _opt(0, ge=0, help="save every N steps; 0 = only at the end")
-    keep_last: int = _opt(2, ge=0, help="checkpoints kept; 0 = keep all")
+class OptimizerConfig:
+    """What a trained model's optimizer and schedule read (actor_config and critic_config)."""
     lr: float = _opt(1e-6, ge=0.0, help="peak learning rate")
     min_lr: float = _opt(0.0, ge=0.0, help="learning rate floor for decay")
     lr_decay_style: str = _opt("constant", choices=LR_DECAY_STYLES, help="learning rate schedule")
@@ -126,9 +125,52 @@ class ActorConfig:
     adam_beta2: float = _opt(0.999, ge=0.0, lt=1.0, help="Adam beta2")
     adam_eps: float = _opt(1e-8, gt=0.0, help="Adam epsilon")
     clip_grad: float = _opt(1.0, ge=0.0, help="global gradient-norm clip; 0 = off")
+
+
+@dataclass(kw_only=True)
+class ActorConfig(OptimizerConfig):
+    model: str = _opt(path=True, help="model yaml (name in model_configs/ or path) or HF dir")
+    tokenizer_name_or_path: str = _opt(path=True, help="tokenizer directory or file")
+    load: str | None = _opt(None, path=True, help="initial weights or checkpoint to resume")
+    save: str | None = _opt(None, path=True, help="checkpoint output directory")
+    finetune: bool = _opt(True, help="true: weights only, step 0; false: resume from load")
+    no_load_optim: bool = _opt(False, help="on resume, do not restore optimizer state")
+    no_load_rng: bool = _opt(False, help="on resume, do not restore RNG state")
+    save_interval: int = _opt(0, ge=0, help="save every N steps; 0 = only at the end")
+    keep_last: int = _opt(2, ge=0, help="checkpoints kept; 0 = keep all")
     tensor_model_parallel_size: int = _opt(1, ge=1, help="tensor parallel degree for training")
     compute_dtype: str | None = _opt(None, choices=COMPUTE_DTYPES,
                                      help="null = from the model config")
+
+
+@dataclass(kw_only=True)
+class CriticConfig(OptimizerConfig):
+    """PPO's value model: its own weights, layout, optimizer and schedule (MindSpeed-RL's section name)."""
+    model: str | None = _opt(None, path=True, help="critic architecture; null = that of load, else of the "
+                             "reward model, else actor_config.model")
+    load: str | None = _opt(None, path=True, help="initial weights; null = the reward model's, else the "
+                            "policy's with a zero value head")
+    save: str | None = _opt(None, path=True, help="must be actor_config.save: the critic is saved beside the "
+                            "policy, in <save>/iter_*/critic")
+    finetune: bool | None = _opt(None, help="must equal actor_config.finetune (the run resumes as a whole)")
+    no_load_optim: bool = _opt(False, help="on resume, keep a fresh critic optimizer")
+    no_load_rng: bool | None = _opt(None, help="must equal actor_config.no_load_rng (one RNG per run)")
+    lr: float = _opt(1e-5, ge=0.0, help="peak learning rate")
+    tensor_model_parallel_size: int = _opt(1, ge=1, help="tensor parallel degree of the critic")
+    micro_batch_size: int | None = _opt(None, ge=1, help="responses per critic forward/backward; "
+                                        "null = rl_config.micro_batch_size")
+
+
+@dataclass(kw_only=True)
+class RewardModelConfig:
+    """A trained reward model that scores rollouts (outcome reward), e.g. from `mindrl train-rm`."""
+    load: str = _opt(path=True, help="weights: an HF sequence-classification directory (score head)")
+    model: str | None = _opt(None, path=True, help="architecture; null = load's config.json")
+    tensor_model_parallel_size: int = _opt(1, ge=1, help="tensor parallel degree of the reward model")
+    micro_batch_size: int | None = _opt(None, ge=1, help="responses per scoring pass; "
+                                        "null = rl_config.micro_batch_size")
+    weight: float = _opt(1.0, help="coefficient of the reward model's score in the sequence score")
+    normalize: bool = _opt(False, help="(score - mean) / std with the statistics `mindrl train-rm` stored")
 
 
 @dataclass(kw_only=True)
@@ -161,6 +203,8 @@ class DataConfig:
     seed: int | None = _opt(None, ge=0, lt=2**32, help="shuffle seed; null = runtime.seed")
     prompt_key: str = _opt("prompt_ids", help="column with prompt token ids")
     label_key: str = _opt("labels", help="column with reference answers")
+    ptx_path: str | None = _opt(None, path=True, help="PPO-ptx rows (pretrain_ids, loss_mask columns); "
+                                "null = data.path when rl_config.pretrain_coef > 0")
 
 
 @dataclass(kw_only=True)
@@ -197,6 +241,8 @@ class EvalConfig:
 class TrainConfig:
     rl_config: RLConfig = _opt(factory=RLConfig, help="algorithm and batch sizes")
     actor_config: ActorConfig = _opt(help="policy model, checkpoints, optimizer")
+    critic_config: CriticConfig | None = _opt(None, help="value model (PPO); absent = no critic")
+    reward_config: RewardModelConfig | None = _opt(None, help="reward model; absent = rule rewards only")
     ref: RefConfig = _opt(factory=RefConfig, help="reference model")
     generate_config: GenerateConfig = _opt(factory=GenerateConfig, help="rollout sampling")
     data: DataConfig = _opt(help="training data")
@@ -209,9 +255,29 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def to_yaml(self) -> str:
-        """The resolved config as yaml text; loading it back yields an equal config."""
+        """The resolved config as yaml text; loading it back yields an equal config.
+
+        Written: every key the file or an override gave, and every key whose (resolved) value differs from its
+        default; keys left at their defaults are omitted, so rules about keys given on their own ("has no
+        effect") judge the reloaded file as they judged the original. Absent sections (no critic, no reward
+        model) are left out, as an empty one would mean "present".
+        """
         from mindrl.config.loader import dump_yaml
-        return dump_yaml(self.to_dict())
+        given = getattr(self, "_explicit", set())
+        out = {}
+        for f in dataclasses.fields(self):
+            section = getattr(self, f.name)
+            if section is None:
+                continue
+            keep = {}
+            for sf in dataclasses.fields(section):
+                value = getattr(section, sf.name)
+                default = sf.default if sf.default is not dataclasses.MISSING else (
+                    sf.default_factory() if sf.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+                if f"{f.name}.{sf.name}" in given or value != default:
+                    keep[sf.name] = dataclasses.asdict(section)[sf.name]
+            out[f.name] = keep
+        return dump_yaml(out)
 
     def fingerprint(self, *keys: str) -> str:
         """sha256 hex digest of a canonical JSON of the selected sections or dotted keys.

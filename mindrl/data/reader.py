@@ -24,12 +24,22 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PromptDataset", "pad_batch", "mindrecord_size"]
+__all__ = ["PromptDataset", "pad_batch", "mindrecord_size", "mindrecord_columns"]
 
 
 def mindrecord_size(path: str) -> int:
     import mindspore.dataset as ds
     return ds.MindDataset(path, shuffle=False).get_dataset_size()
+
+
+def mindrecord_columns(path: str) -> list:
+    """The column names of a MindRecord file (read from its header, no rows)."""
+    from mindspore.mindrecord import FileReader
+    reader = FileReader(path)
+    try:
+        return list(reader.schema())
+    finally:
+        reader.close()
 
 
 class PromptDataset:
@@ -113,6 +123,12 @@ class PromptDataset:
         import mindspore.dataset as ds
         return ds.MindDataset(self.path, columns_list=self.columns, sampler=ds.SubsetSampler(indices.tolist()),
                               num_parallel_workers=self.num_parallel_workers)
+
+    def forever(self):
+        """Batches across epochs without end (each ``iter()`` is the rest of the current epoch). Create it after
+        ``load_state_dict``: it starts at the position the dataset holds then."""
+        while True:
+            yield from self
 
     def __iter__(self):
         plan = self._plan()

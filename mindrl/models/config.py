@@ -219,14 +219,18 @@ class ModelConfig:
 
 # MindFormers names -> ours (both spellings accepted in yaml)
 _YAML_ALIASES = {"seq_length": "max_position_embeddings", "theta": "rope_theta", "n_layers": "num_layers",
-                 "dim": "hidden_size", "ffn_hidden_size": "intermediate_size", "num_key_value_heads": "n_kv_heads"}
+                 "dim": "hidden_size", "ffn_hidden_size": "intermediate_size", "num_key_value_heads": "n_kv_heads",
+                 "qkv_has_bias": "qkv_bias"}
 # MindFormers names the config *class* in `type`; it tells the architecture when model_type is absent
 _YAML_CLASS_TYPES = {"LlamaConfig": "llama", "Qwen2Config": "qwen2", "Qwen3Config": "qwen3"}
 # MindFormers keys that have no meaning for us (kernels, fusion switches)
 _YAML_IGNORED = {"use_flash_attention", "use_past", "is_dynamic", "softmax_compute_type", "rotary_dtype",
                  "layernorm_compute_type", "checkpoint_name_or_path", "batch_size", "use_attn_mask_compression",
                  "qkv_concat", "use_rope_slice", "offset", "repetition_penalty", "max_decode_length", "top_k",
-                 "top_p", "do_sample", "block_size", "num_blocks", "emb_dropout_prob", "hidden_act"}
+                 "top_p", "do_sample", "block_size", "num_blocks", "emb_dropout_prob", "hidden_act",
+                 # MindRLHF's Qwen2 yamls: the RoPE table size (seq_length is the context mindrl uses), and kernel
+                 # switches of MindFormers' Ascend implementation
+                 "max_position_embedding", "extend_method", "fine_grain_interleave"}
 
 
 def _hf_rope_scaling(cfg: dict) -> Optional[dict]:

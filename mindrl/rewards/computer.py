@@ -70,7 +70,8 @@ def load_custom_reward_file(spec):
 
 
 class RewardComputer:
-    """Scores a batch with ``sum_i verifier_weight[i] * verifier_function[i](response, label)``.
+    """Scores a batch with ``sum_i verifier_weight[i] * verifier_function[i](response, label)`` (0 for every
+    sample when no verifier is named: a run scored by a reward model alone).
 
     Names are validated here, at construction, so a typo fails before the first rollout. Math
     verification runs in a private ``MathVerifyPool`` (``math_workers`` processes, ``math_timeout``
@@ -83,8 +84,6 @@ class RewardComputer:
         if isinstance(verifier_weight, (int, float)):
             verifier_weight = [verifier_weight]
         names, weights = list(verifier_function), [float(w) for w in verifier_weight]
-        if not names:
-            raise ValueError("verifier_function is empty: name at least one reward function")
         if len(names) != len(weights):
             raise ValueError(
                 f"verifier_function has {len(names)} entries but verifier_weight has {len(weights)}; "

@@ -15,9 +15,13 @@ def _parser(prog, description):
 
 
 def _load(args):
+    """The validated config, with the files it names checked (preflight); None after printing the errors."""
     from mindrl.config import ConfigError, load_train_config
+    from mindrl.trainer.preflight import preflight
     try:
-        return load_train_config(args.config, args.overrides)
+        cfg = load_train_config(args.config, args.overrides)
+        preflight(cfg, source=args.config)
+        return cfg
     except ConfigError as err:
         print(f"mindrl: config error:\n{err}", file=sys.stderr)
         return None
@@ -33,7 +37,7 @@ def _setup_logging():
 
 
 def train_main(argv) -> int:
-    args = _parser("mindrl train", "GRPO training from a yaml config").parse_args(argv)
+    args = _parser("mindrl train", "RL training (GRPO, PPO, ...) from a yaml config").parse_args(argv)
     cfg = _load(args)
     if cfg is None:
         return 2

@@ -49,16 +49,33 @@ class RunContext:
             from mindrl.trainer.compile_cache import enable_compile_cache
             enable_compile_cache(cfg)
         setup_context(rt.mode, rt.threads)
-        topo = build_topology({
-            "train": (actor.tensor_model_parallel_size, None, "actor_config.tensor_model_parallel_size"),
-            "infer": (gen.infer_tensor_parallel_size, gen.infer_data_parallel_size,
-                      "generate_config.infer_tensor_parallel_size")})
+        stages = {"train": (actor.tensor_model_parallel_size, None, "actor_config.tensor_model_parallel_size"),
+                  "infer": (gen.infer_tensor_parallel_size, gen.infer_data_parallel_size,
+                            "generate_config.infer_tensor_parallel_size")}
+        if cfg.critic_config is not None:
+            stages["critic"] = (cfg.critic_config.tensor_model_parallel_size, None,
+                                "critic_config.tensor_model_parallel_size")
+        if cfg.reward_config is not None:
+            stages["reward"] = (cfg.reward_config.tensor_model_parallel_size, None,
+                                "reward_config.tensor_model_parallel_size")
+        topo = build_topology(stages)
         if rl.global_batch_size % topo.infer.dp:
             raise ValueError(f"rl_config.global_batch_size={rl.global_batch_size} is not divisible by the rollout's "
                              f"data parallel size {topo.infer.dp} (world {topo.world} / infer tp {topo.infer.tp})")
         if rl.mini_batch_size % (topo.train.dp * rl.micro_batch_size):
             raise ValueError(f"rl_config.mini_batch_size={rl.mini_batch_size} must split into train data parallel "
                              f"size {topo.train.dp} x micro_batch_size {rl.micro_batch_size}")
+        if cfg.critic_config is not None and rl.mini_batch_size % (topo["critic"].dp * cfg.critic_config.micro_batch_size):
+            raise ValueError(f"rl_config.mini_batch_size={rl.mini_batch_size} must split into the critic's data "
+                             f"parallel size {topo['critic'].dp} x critic_config.micro_batch_size "
+                             f"{cfg.critic_config.micro_batch_size}")
+        if rl.pretrain_coef > 0:
+            from mindrl.trainer.ptx import ptx_chunks
+            chunk = rl.global_batch_size // ptx_chunks(rl)
+            if chunk % topo.train.dp or chunk // topo.train.dp % min(rl.micro_batch_size, chunk // topo.train.dp):
+                raise ValueError(f"rl_config.pretrain_coef: PPO-ptx's {chunk} SFT rows per mini-batch do not split "
+                                 f"into train data parallel size {topo.train.dp} x micro-batches of "
+                                 f"rl_config.micro_batch_size {rl.micro_batch_size}")
         tokenizer = load_tokenizer(actor.tokenizer_name_or_path)
         model_config = load_model_config(actor.model)
         if actor.compute_dtype:

@@ -11,19 +11,27 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from mindrl.data.reader import mindrecord_columns
 from mindrl.trainer.context import RunContext, seed_from
 from mindrl.trainer.experience import Experience
 
 
 class ExperienceMaker:
-    def __init__(self, run: RunContext, policy, rewards, reference=None):
+    def __init__(self, run: RunContext, policy, rewards, reference=None, critic=None, reward_model=None):
         from mindrl.data.reader import PromptDataset
         self.run, self.policy, self.rewards, self.reference = run, policy, rewards, reference
+        self.critic, self.reward_model = critic, reward_model
         d, infer = run.cfg.data, run.topo.infer
+        # labels are read only for the rule rewards: a reward-model-only run needs none (MindRLHF data has none)
+        self.labels = bool(run.cfg.rl_config.verifier_function)
+        columns = [d.prompt_key] + ([d.label_key] if self.labels else [])
+        # MindRLHF's data pads prompt_ids to a fixed width; prompt_length says where each prompt ends
+        self.lengths = "prompt_length" in mindrecord_columns(d.path)
+        columns += ["prompt_length"] if self.lengths else []
         # each rollout replica reads its own share of every global batch
         self.dataset = PromptDataset(d.path, batch_size=run.cfg.rl_config.global_batch_size // infer.dp,
                                      dp_rank=infer.dp_rank, dp_size=infer.dp, seed=d.seed, shuffle=d.shuffle,
-                                     columns=[d.prompt_key, d.label_key])
+                                     columns=columns)
         self.sampling = run.sampling_params()
         self.draws = 0  # rollout batches drawn so far: the sampling seed of each is (run seed, draw, replica)
         self._it = None
@@ -45,26 +53,33 @@ class ExperienceMaker:
         if self.reference is not None:
             with timers("reference_model"):
                 exp.ref_log_probs = self.reference.log_probs(exp)
+        if self.critic is not None:
+            with timers("critic_model"):
+                exp.values = self.critic.values(exp)
+        if self.reward_model is not None:
+            with timers("reward_model"):
+                exp.rm_scores = self.reward_model.score(exp)
+            exp.scores = exp.scores + self.reward_model.weight * exp.rm_scores.astype(np.float64)
+        if rl.reward_clip_range is not None:
+            exp.scores = np.clip(exp.scores, *rl.reward_clip_range)
         return exp, (dapo if rl.dynamic_sampling else {})
 
     # -- sampling ------------------------------------------------------------------------------------
     def _next_prompts(self):
         d, gen = self.run.cfg.data, self.run.cfg.generate_config
-        while True:
-            if self._it is None:
-                self._it = iter(self.dataset)
-            try:
-                batch = next(self._it)
-                break
-            except StopIteration:
-                self._it = None  # next epoch
+        if self._it is None:  # created on first use: after a resume has set the data position
+            self._it = self.dataset.forever()
+        batch = next(self._it)
         prompts = [list(map(int, p)) for p in batch[d.prompt_key]]
+        if self.lengths:
+            prompts = [p[:int(n)] for p, n in zip(prompts, batch["prompt_length"])]
         too_long = [i for i, p in enumerate(prompts) if len(p) > gen.max_prompt_length]
         if too_long:
             i = too_long[0]
             raise ValueError(f"{d.path}: row {int(batch['index'][i])} has a {len(prompts[i])}-token prompt, longer "
                              f"than generate_config.max_prompt_length={gen.max_prompt_length}")
-        return prompts, [str(x) for x in batch[d.label_key]]
+        labels = [str(x) for x in batch[d.label_key]] if self.labels else [""] * len(prompts)
+        return prompts, labels
 
     def _draw(self, timers) -> Experience:
         """One batch of prompts, sampled and scored by the rule rewards."""

@@ -1,7 +1,9 @@
-"""The one RL loop. GRPO, DAPO, Dr.GRPO, RLOO, REINFORCE++ and GSPO are this step with other registry entries:
+"""The one RL loop. PPO, GRPO, DAPO, Dr.GRPO, RLOO, REINFORCE++ and GSPO are this step with other registry
+entries and roles:
 
-    exp = make_experience()              rollout, rule rewards, old and reference log-probs
+    exp = make_experience()              rollout, rewards (rules, reward model), old/reference log-probs, values
     exp = advantages(exp)                KL in the reward (if so configured), then rl_config.adv_estimator
+    [critic.update(exp)]                 when the estimator needs a critic (gae)
     policy.update(exp); policy.reshard() clipped policy loss, weights into the rollout model in place
 
 Every msrun worker runs this same code; the roles (roles/) own the networks and their layouts, the stages
@@ -28,20 +30,24 @@ class RLTrainer:
         from mindrl.trainer.context import RunContext
         from mindrl.trainer.evaluation import Evaluator
         from mindrl.trainer.experience_maker import ExperienceMaker
-        from mindrl.trainer.roles import Policy, Reference
+        from mindrl.trainer.roles import Critic, Policy, Reference, RewardScorer
+        from mindrl.trainer.preflight import preflight
         started = time.perf_counter()
         rl = cfg.rl_config
+        preflight(cfg)  # files that do not fit the config are refused before anything is built
         self.cfg = cfg
         self.rewards = build_reward_computer(rl, reward_funcs)  # a bad verifier fails before any model is built
         self.run = run = RunContext.create(cfg)
         self.estimator = get_advantage_estimator(rl.adv_estimator)
         self.policy = Policy(run)
         self.reference = Reference(run) if rl.kl_coef > 0 else None
+        self.critic = Critic(run) if self.estimator.needs_critic else None
+        self.reward_model = RewardScorer(run) if cfg.reward_config is not None else None
         self.kl_ctrl = make_kl_controller(rl.kl_ctrl_type, rl.kl_coef, rl.kl_target, rl.kl_horizon) \
             if rl.use_kl_in_reward else None
-        self.maker = ExperienceMaker(run, self.policy, self.rewards, self.reference)
+        self.maker = ExperienceMaker(run, self.policy, self.rewards, self.reference, self.critic, self.reward_model)
         self.evaluate = Evaluator(run, self.policy, self.rewards, self.maker.sampling.stop_token_ids)
-        self.checkpointer = Checkpointer(run, [self.policy])
+        self.checkpointer = Checkpointer(run, [r for r in (self.policy, self.critic) if r is not None])
         self.step = 0
         self._restore(self.checkpointer.resume())
         self.policy.reshard()  # the infer model starts from the loaded (or resumed) train weights
@@ -52,19 +58,22 @@ class RLTrainer:
                      "compile all graphs" if run.static_shapes else "graphs compile on first use")
 
     def train_step(self) -> dict:
-        timers = Timers()
+        rl, timers = self.cfg.rl_config, Timers()
         with timers("all"):
             exp, metrics = self.maker.make(timers)
             with timers("adv"):
                 metrics.update(self.compute_advantages(exp))
+            if self.critic is not None:
+                with timers("update_critic"):
+                    metrics.update(self.critic.update(exp, self.step))
             lr = self.policy.lr_at(self.step)
-            with timers("update"):
-                metrics.update(self.policy.update(exp, lr, self.step))
-            with timers("reshard_to_infer"):
-                self.policy.reshard()
+            if self.step >= rl.critic_warmup:  # during the critic's warm-up the actor waits for useful values
+                with timers("update"):
+                    metrics.update(self.policy.update(exp, lr, self.step))
+                with timers("reshard_to_infer"):
+                    self.policy.reshard()
         metrics.update(rollout_metrics(exp, self.cfg.generate_config.max_tokens, self.estimator.needs_groups))
         metrics.update(timers.values, **{"actor/lr": lr})
-        rl = self.cfg.rl_config
         metrics.update(throughput(metrics, rl.global_batch_size, rl.n_samples_per_prompt, self.run.topo.world))
         self.step += 1
         return metrics
@@ -115,6 +124,8 @@ class RLTrainer:
                  "config_fingerprint": self.cfg.fingerprint()}
         if self.kl_ctrl is not None:
             state["kl_ctrl"] = self.kl_ctrl.state_dict()
+        if self.policy.ptx is not None:
+            state["ptx_data"] = self.policy.ptx.state_dict()
         return self.checkpointer.save(self.step, state)
 
     def _restore(self, state) -> None:
@@ -125,11 +136,13 @@ class RLTrainer:
         self.maker.load_state_dict(state)
         if self.kl_ctrl is not None and "kl_ctrl" in state:
             self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        if self.policy.ptx is not None and "ptx_data" in state:
+            self.policy.ptx.load_state_dict(state["ptx_data"])
         if not actor.no_load_rng and state.get("rng", {}).get("seed") is not None:
             self.cfg.runtime.seed = int(state["rng"]["seed"])
 
     def roles(self):
-        return [r for r in (self.policy, self.reference) if r is not None]
+        return [r for r in (self.policy, self.reference, self.critic, self.reward_model) if r is not None]
 
     def compile_all(self) -> None:
         """Every graph of the run, role by role in a fixed order (the compile cache matches entries by order)."""

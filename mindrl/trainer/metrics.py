@@ -79,12 +79,15 @@ def _plain(v):
 
 
 def summary_line(step: int, metrics: dict, keys=("grpo/score/mean", "critic/score/mean", "actor/pg_loss",
-                                                 "actor/kl_loss", "response_length/mean", "e2e_tps",
-                                                 "timing/all")) -> str:
+                                                 "actor/kl_loss", "actor/reward_kl_penalty", "actor/ptx_loss",
+                                                 "critic/vf_loss", "critic/vf_explained_var",
+                                                 "response_length/mean", "e2e_tps", "timing/all")) -> str:
     parts = [f"step {step}"]
     for k in keys:
         if k == "critic/score/mean" and "grpo/score/mean" in metrics:
             continue  # the same number under MindSpeed-RL's GRPO name
+        if k == "actor/kl_loss" and "actor/reward_kl_penalty" in metrics:
+            continue  # the KL is in the reward, the loss has none
         if k in metrics:
             parts.append(f"{k}={metrics[k]:.4g}")
     return "  ".join(parts)
@@ -99,7 +102,8 @@ def stats(prefix: str, values) -> dict:
 
 
 # stages a step may skip still report a time, so every step's line has the same keys
-_ALWAYS_TIMED = ("timing/old_log_p", "timing/reference_model", "timing/reshard_to_train")
+_ALWAYS_TIMED = ("timing/old_log_p", "timing/reference_model", "timing/reshard_to_train", "timing/update",
+                 "timing/reshard_to_infer")
 
 
 def rollout_metrics(exp, max_tokens: int, group_estimator: bool) -> dict:
@@ -129,4 +133,10 @@ def rollout_metrics(exp, max_tokens: int, group_estimator: bool) -> dict:
         arr = getattr(exp, name)
         if arr is not None:
             out.update(stats(f"critic/{name}", arr[mask]))
+    if exp.values is not None and exp.returns is not None and mask.sum() > 1:
+        # verl's explained variance: how much of the returns' variance the critic's values account for
+        ret, val = exp.returns[mask].astype(np.float64), exp.values[mask].astype(np.float64)
+        out["critic/vf_explained_var"] = float(1.0 - np.var(ret - val, ddof=1) / (np.var(ret, ddof=1) + 1e-5))
+    if exp.rm_scores is not None:
+        out.update(stats("reward_model/score", exp.rm_scores))
     return out

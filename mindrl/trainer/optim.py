@@ -13,12 +13,13 @@ from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
 
 class AdamW(nn.Cell):
-    def __init__(self, params, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
+    def __init__(self, params, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, step_name="global_step"):
         super().__init__()
         self.params = ParameterTuple(params)
         self.exp_avg = self.params.clone(prefix="adam_m", init="zeros")
         self.exp_avg_sq = self.params.clone(prefix="adam_v", init="zeros")
-        self.global_step = Parameter(Tensor(0.0, ms.float32), name="global_step", requires_grad=False)
+        # a second optimizer in the process (the critic's) names its step counter apart
+        self.global_step = Parameter(Tensor(0.0, ms.float32), name=step_name, requires_grad=False)
         self.beta1, self.beta2, self.eps = float(beta1), float(beta2), float(eps)
         # decay matrices only: biases and norm scales are not shrunk (Megatron / verl convention)
         self.decay = tuple(float(weight_decay) if len(p.shape) >= 2 else 0.0 for p in self.params)

@@ -21,11 +21,12 @@ from mindrl.trainer.optim import AdamW, zeros_like_params
 class AccumulateGrad(nn.Cell):
     """One micro-batch: forward, backward, add the gradients into ``accum``."""
 
-    def __init__(self, loss_cell, params):
+    def __init__(self, loss_cell, params, accum=None):
         super().__init__(auto_prefix=False)
         self.params = ms.ParameterTuple(params)
         self.grad_fn = ms.value_and_grad(loss_cell, None, self.params, has_aux=True)
-        self.accum = zeros_like_params(self.params, "accum")
+        # a second loss term of the same update (PPO-ptx) adds into the first one's buffers
+        self.accum = zeros_like_params(self.params, "accum") if accum is None else accum
 
     def construct(self, *inputs):
         outs, grads = self.grad_fn(*inputs)
@@ -72,12 +73,14 @@ class Updater:
     ``optim``: a section with adam_beta1/2, adam_eps, weight_decay and clip_grad (actor or critic config).
     """
 
-    def __init__(self, loss_cell, params, optim, grad_reduce=None, input_dtypes: Sequence = ()):
+    def __init__(self, loss_cell, params, optim, grad_reduce=None, input_dtypes: Sequence = (),
+                 step_name: str = "global_step"):
         params = list(params)
         self.loss_cell = loss_cell
         self.metrics: Tuple[Tuple[str, str], ...] = tuple(loss_cell.METRICS)
         self.accumulate = AccumulateGrad(loss_cell, params)
-        self.optimizer = AdamW(params, optim.adam_beta1, optim.adam_beta2, optim.adam_eps, optim.weight_decay)
+        self.optimizer = AdamW(params, optim.adam_beta1, optim.adam_beta2, optim.adam_eps, optim.weight_decay,
+                               step_name=step_name)
         self.apply_cell = ApplyGrad(self.accumulate.accum, self.optimizer, optim.clip_grad, grad_reduce)
         self.input_dtypes = tuple(input_dtypes)
 
@@ -113,17 +116,21 @@ class Updater:
 
 def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np.ndarray, *, epochs: int,
                   mini_batch: int, micro_batch: int, loss_agg_mode: str, layout, exchange, order_seed: Callable,
-                  lr: float) -> Dict[str, float]:
+                  lr: float, extra_terms: Sequence = ()) -> Dict[str, float]:
     """``epochs`` passes of shuffled mini-batches over the rows of ``arrays`` (each [N, ...], in the loss cell's
     argument order, the loss mask among them); every data-parallel replica runs its share of each mini-batch.
+
+    ``extra_terms`` (e.g. PPO-ptx) add their own gradients to each mini-batch before its optimizer step:
+    ``term.run_chunk(k, count)`` for mini-batch k of count returns partial sums of ``term.metrics``.
 
     Returns the mean over mini-batches of each metric and of the gradient norm (``grad_norm``).
     """
     n = len(loss_mask)
     dp, dp_rank = layout.dp, layout.dp_rank
-    names = [name for name, _ in updater.metrics]
+    names = [name for name, _ in updater.metrics] + [name for t in extra_terms for name, _ in t.metrics]
     history = {k: [] for k in names + ["grad_norm"]}
     inputs = list(arrays.values())
+    count = -(-n // mini_batch)
     for epoch in range(epochs):
         order = np.random.default_rng(order_seed(epoch)).permutation(n)
         if epochs == 1 and n == mini_batch:
@@ -139,7 +146,11 @@ def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np
                 r = mine[u0:u0 + micro_batch]
                 outs = updater.micro_step([a[r] for a in inputs], denom)[1:]
                 w = loss_mask[r].sum() / max(loss_mask[rows].sum(), 1.0)  # token share, for the per-token means
-                acc += [v if kind == "sum" else v * w for v, (_, kind) in zip(outs, updater.metrics)]
+                acc[:len(outs)] += [v if kind == "sum" else v * w for v, (_, kind) in zip(outs, updater.metrics)]
+            at = len(updater.metrics)
+            for term in extra_terms:
+                acc[at:at + len(term.metrics)] += term.run_chunk(m0 // mini_batch, count)
+                at += len(term.metrics)
             if dp > 1:  # each replica holds a partial sum of the mini-batch's means
                 acc = exchange.all_sum(acc) / layout.tp
             for k, v in zip(names, acc):

@@ -67,6 +67,28 @@ def score_in_shares(cell, exp, layout: Layout, exchange, micro_batch: int, input
     return exchange.from_each(np.concatenate(out), layout)
 
 
+def gathered_state(net, layout) -> dict:
+    """Every parameter of ``net`` as a full numpy tensor in HF orientation (a collective over the tp group)."""
+    from mindrl.parallel.layout import split_axes, to_external, transposed_names
+    from mindrl.parallel.reshard import gather_full_state
+    trans = transposed_names(net)
+    full = gather_full_state(dict(net.parameters_and_names()), split_axes(net), layout.tp_context())
+    return {n: to_external(v, n in trans) for n, v in full.items()}
+
+
+def export_hf(full: dict, model_config, directory: str, hf_config: dict, tokenizer_dir: Optional[str]) -> None:
+    """Write gathered weights as an HF directory: safetensors, config.json, tokenizer files."""
+    from mindrl.data.tokenizer import copy_tokenizer_files
+    from mindrl.io import write_json
+    from mindrl.models.safetensors_io import save_sharded
+    tensors = dict(full)
+    if model_config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)
+    save_sharded(tensors, directory)
+    write_json(os.path.join(directory, "config.json"), hf_config)
+    copy_tokenizer_files(tokenizer_dir, directory)
+
+
 class TrainedRole:
     """Save/restore of a trained network and its optimizer. Subclasses set ``name``, ``net``, ``layout``,
     ``updater``, ``model_config`` and ``run``."""
@@ -75,6 +97,11 @@ class TrainedRole:
 
     # -- helpers over the layout ------------------------------------------------------------------------
     rename: Optional[str] = None  # prefix of this role's Parameter names in the process, never in files
+
+    def state_dict(self) -> dict:
+        """This rank's trained weights as numpy, HF names and orientation (full tensors at tp=1)."""
+        from mindrl.models.weights import state_numpy
+        return state_numpy(self.net)
 
     def file_key(self, name: str) -> str:
         """A Parameter's name as files spell it: without the in-process ``rename`` prefix."""
@@ -94,22 +121,21 @@ class TrainedRole:
     def save(self, directory: str) -> None:
         """Write this role's part of a checkpoint into ``directory`` (a collective: every rank calls it)."""
         from mindrl.models.safetensors_io import save_safetensors
-        from mindrl.parallel.layout import split_axes, to_external, transposed_names
+        from mindrl.parallel.layout import to_external, transposed_names
         from mindrl.parallel.reshard import gather_full_state
         from mindrl.parallel.strategy import save_rank_checkpoint
         from mindrl.trainer import checkpoint as ck
         run, tp = self.run, self.layout.tp_context()
         params = dict(self.net.parameters_and_names())
         trans = transposed_names(self.net)
-        full = gather_full_state(params, split_axes(self.net), tp)
-        full = {n: to_external(v, n in trans) for n, v in full.items()}
+        full = gathered_state(self.net, self.layout)
         named = {p.name: p for p in self.updater.optimizer.state_parameters()}
         spec = self._optimizer_spec()
         optim = gather_full_state(named, {k: a for k, (_, a, _) in spec.items()}, tp)
         optim = {spec[k][0]: to_external(v, spec[k][2]) for k, v in optim.items()}
         if run.topo.is_main:
             os.makedirs(directory, exist_ok=True)
-            self.export(full, directory)
+            export_hf(full, self.model_config, directory, self.hf_config(), self.run.tokenizer_dir)
             save_safetensors(optim, os.path.join(directory, ck.OPTIMIZER))
         run.exchange.barrier()
         if run.topo.world > 1:  # this rank's shards, in the orientation the strategy file describes
@@ -119,18 +145,6 @@ class TrainedRole:
             save_rank_checkpoint(os.path.join(directory, "rank_checkpoints"), run.topo.rank, shards)
             write_strategy(os.path.join(directory, "strategy"), [s for s in self.stages() if s.with_optimizer],
                            run.topo)
-
-    def export(self, full: dict, directory: str) -> None:
-        """Write gathered weights as an HF directory (config.json, safetensors, tokenizer files)."""
-        from mindrl.data.tokenizer import copy_tokenizer_files
-        from mindrl.io import write_json
-        from mindrl.models.safetensors_io import save_sharded
-        tensors = dict(full)
-        if self.model_config.tie_word_embeddings:
-            tensors.pop("lm_head.weight", None)
-        save_sharded(tensors, directory)
-        write_json(os.path.join(directory, "config.json"), self.hf_config())
-        copy_tokenizer_files(self.run.tokenizer_dir, directory)
 
     def hf_config(self) -> dict:
         return self.model_config.to_hf_dict()

@@ -53,6 +53,10 @@ class Policy(TrainedRole):
             grad_reduce = AllReduceSum(topo.train.dp_group())
         self.updater = Updater(self.loss_cell, self.net.trainable_params(), actor, grad_reduce,
                                (ms.int32, ms.int32, ms.float32, ms.float32, ms.float32, ms.float32))
+        self.ptx = None
+        if rl.pretrain_coef > 0:  # PPO-ptx: a supervised term in the same optimizer steps
+            from mindrl.trainer.ptx import PtxTerm
+            self.ptx = PtxTerm(run, self.net, self.net.trainable_params(), self.updater.accumulate.accum)
 
     # -- the RL step ------------------------------------------------------------------------------------
     def generate(self, prompts, sampling, seed: int):
@@ -70,21 +74,18 @@ class Policy(TrainedRole):
         from mindrl.trainer.updater import update_epochs
         rl = self.run.cfg.rl_config
         ref = exp.ref_log_probs if exp.ref_log_probs is not None else np.zeros_like(exp.old_log_probs)
+        if self.ptx is not None:
+            self.ptx.begin_step()
         arrays = {"input_ids": exp.input_ids, "attention_mask": exp.attention_mask, "loss_mask": exp.loss_mask,
                   "old_log_probs": exp.old_log_probs, "advantages": exp.advantages, "ref_log_probs": ref}
         out = update_epochs(self.updater, arrays, exp.loss_mask, epochs=rl.ppo_epochs, mini_batch=rl.mini_batch_size,
                             micro_batch=rl.micro_batch_size, loss_agg_mode=rl.loss_agg_mode, layout=self.layout,
                             exchange=self.run.exchange, order_seed=lambda epoch: seed_from(self.run.seed, step, epoch),
-                            lr=lr)
+                            lr=lr, extra_terms=[self.ptx] if self.ptx is not None else [])
         return {f"actor/{k}": v for k, v in out.items()}
 
     def reshard(self) -> None:
         self.resharder()
-
-    def state_dict(self) -> dict:
-        """This rank's train weights as numpy, HF names and orientation (full tensors at tp=1)."""
-        from mindrl.models.weights import state_numpy
-        return state_numpy(self.net)
 
     def lr_at(self, step: int) -> float:
         from mindrl.trainer.optim import lr_at
@@ -108,4 +109,6 @@ class Policy(TrainedRole):
         ids = np.full((mb, prompt_width + response_width), self.run.pad_id, np.int32)
         zeros = np.zeros((mb, response_width), np.float32)
         self.updater.compile([ids, np.ones_like(ids), zeros, zeros, zeros, zeros])
+        if self.ptx is not None:
+            self.ptx.compile()
         self.scorer.compile(Tensor(ids), Tensor(np.ones_like(ids)), Tensor(zeros))

@@ -1,0 +1,123 @@
+"""PPO-ptx (InstructGPT, eq. 2; MindRLHF's ``pretrain_coef``): a supervised term mixed into the actor's update,
+
+    actor loss += pretrain_coef * (token-mean negative log-likelihood of SFT rows' response tokens),
+
+so that RL does not erode what supervised training taught. The rows come from ``data.ptx_path`` (default
+``data.path``): its ``pretrain_ids`` (prompt + response) and ``loss_mask`` (1 on response tokens) columns, as
+`mindrl preprocess` with the sft handler and the MindRLHF tutorial's rlhf_data.py write them.
+
+Each actor update reads the next ``rl_config.global_batch_size`` rows of its own pass over the file (shuffled with
+``data.seed`` like the prompts, but its own position: it does not move during ``critic_warmup``), cut to the actor's
+train width ``bucket(max_prompt_length) + bucket(max_tokens)``, at most the model's ``max_position_embeddings``.
+They are split evenly over the step's mini-batches; each mini-batch's ptx
+micro-steps add their gradients into the actor's accumulation buffers before its one optimizer step, with the
+chunk's token count as denominator on every replica, so data-parallel sums are exact.
+"""
+from __future__ import annotations
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+from mindrl.models.scoring import LogProbsAndEntropy
+
+PTX_COLUMNS = ("pretrain_ids", "loss_mask")
+
+
+class PtxLossCell(nn.Cell):
+    """(ids [B, W], loss_mask [B, W], denominator) -> (pretrain_coef * nll, nll): nll is the masked sum of the
+    next-token negative log-likelihood divided by the denominator (the chunk's masked token count).
+
+    Rows are right-padded, so a causal model's real tokens never attend to the padding: no attention mask needed.
+    """
+
+    METRICS = (("ptx_loss", "sum"),)
+
+    def __init__(self, lm, pretrain_coef: float):
+        super().__init__(auto_prefix=False)
+        self.lm = lm
+        self.coef = float(pretrain_coef)
+        self.stats = LogProbsAndEntropy(lm.tp)
+
+    def construct(self, input_ids, loss_mask, denom):
+        h = self.lm.model(input_ids, ops.ones_like(input_ids))[:, :-1]
+        log_prob, _ = self.stats(self.lm.head(h), input_ids[:, 1:])
+        mask = loss_mask[:, 1:].astype(ms.float32)
+        nll = -(log_prob * mask).sum() / denom
+        return self.coef * nll, ops.stop_gradient(nll)
+
+
+def ptx_rows(batch: dict, width: int, pad_id: int) -> tuple:
+    """A batch of ``pretrain_ids``/``loss_mask`` rows -> right-padded (ids, mask) [B, width], each cut to width."""
+    n = len(batch["pretrain_ids"])
+    ids = np.full((n, width), pad_id, np.int32)
+    mask = np.zeros((n, width), np.int32)
+    for i, (row, m) in enumerate(zip(batch["pretrain_ids"], batch["loss_mask"])):
+        k = min(len(row), width)
+        ids[i, :k] = row[:k]
+        mask[i, :k] = np.asarray(m[:k]) > 0
+    return ids, mask
+
+
+def ptx_chunks(rl) -> int:
+    """How many pieces a step's ptx rows are split into: one per mini-batch."""
+    return rl.global_batch_size * rl.n_samples_per_prompt // rl.mini_batch_size
+
+
+class PtxTerm:
+    """The supervised term of one run: its data stream, loss cell and accumulation graph (sharing the actor's
+    gradient buffers). ``begin_step`` reads the step's rows; ``run(k, count)`` adds mini-batch k of count."""
+
+    def __init__(self, run, lm, params, accum):
+        from mindrl.data.reader import PromptDataset
+        from mindrl.trainer.context import bucket
+        from mindrl.trainer.updater import AccumulateGrad
+        cfg, rl, gen = run.cfg, run.cfg.rl_config, run.cfg.generate_config
+        self.run, self.layout = run, run.topo.train
+        # the actor's widest train sequence, within the model's positions; longer rows are cut to it
+        self.width = min(bucket(gen.max_prompt_length) + bucket(gen.max_tokens, 4),
+                         run.model_config.max_position_embeddings)
+        # every rank reads the whole global batch (no sharding): denominators and replica shares then need no
+        # communication, and a data-parallel run sums to exactly the single-process gradient
+        self.stream = PromptDataset(cfg.data.ptx_path, batch_size=rl.global_batch_size, seed=cfg.data.seed,
+                                    shuffle=cfg.data.shuffle, columns=list(PTX_COLUMNS))
+        self.cell = PtxLossCell(lm, rl.pretrain_coef)
+        self.accumulate = AccumulateGrad(self.cell, params, accum=accum)
+        self.micro_batch = rl.micro_batch_size
+        self.metrics = tuple(self.cell.METRICS)
+        self._it = None
+        self.ids = self.mask = None
+
+    def begin_step(self) -> None:
+        if self._it is None:
+            self._it = self.stream.forever()
+        batch = next(self._it)
+        self.ids, self.mask = ptx_rows(batch, self.width, self.run.pad_id)
+
+    def run_chunk(self, k: int, count: int) -> np.ndarray:
+        """Forward + backward of this replica's share of chunk ``k`` of ``count``; returns the metric partials."""
+        n = len(self.ids)
+        rows = np.arange(k * n // count, (k + 1) * n // count)
+        denom = max(float(self.mask[rows, 1:].sum()), 1.0)
+        share = len(rows) // self.layout.dp
+        mine = rows[self.layout.dp_rank * share:(self.layout.dp_rank + 1) * share]
+        micro = min(self.micro_batch, share)
+        total = np.zeros(len(self.metrics))
+        for u0 in range(0, len(mine), micro):
+            r = mine[u0:u0 + micro]
+            outs = self.accumulate(Tensor(self.ids[r]), Tensor(self.mask[r]), Tensor(np.float32(denom)))
+            total += [float(o.asnumpy()) for o in outs[1:]]
+        return total
+
+    def compile(self) -> None:
+        rl = self.run.cfg.rl_config
+        chunk_rows = rl.global_batch_size // ptx_chunks(rl)
+        micro = min(self.micro_batch, chunk_rows // self.layout.dp)
+        ids = np.full((micro, self.width), self.run.pad_id, np.int32)
+        self.accumulate.compile(Tensor(ids), Tensor(np.zeros_like(ids)), Tensor(np.float32(1.0)))
+
+    def state_dict(self) -> dict:
+        return self.stream.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.stream.load_state_dict(state)
