@@ -104,7 +104,7 @@ EXPECTED_DEFAULTS = {
         verifier_timeout=5.0, dynamic_sampling=False, max_num_gen_batches=4,
         overlong_buffer_len=0, overlong_penalty_factor=1.0, mask_truncated_completions=False,
         gamma=1.0, lam=0.95, advantage_whiten=True, cliprange_value=0.5, critic_warmup=0,
-        reward_clip_range=None, pretrain_coef=0.0),
+        reward_clip_range=None, max_bad_steps=3, pretrain_coef=0.0),
     "critic_config": None,
     "reward_config": None,
     "actor_config": dict(
@@ -150,7 +150,7 @@ FULL = {
         custom_reward_file="reward.py", verifier_timeout=2.5, dynamic_sampling=True,
         max_num_gen_batches=3, overlong_buffer_len=32, overlong_penalty_factor=0.5,
         mask_truncated_completions=True, gamma=1.0, lam=0.95, advantage_whiten=True, cliprange_value=0.5,
-        critic_warmup=0, reward_clip_range=[-5.0, 5.0], pretrain_coef=0.1),
+        critic_warmup=0, reward_clip_range=[-5.0, 5.0], max_bad_steps=5, pretrain_coef=0.1),
     "actor_config": dict(
         model="hf", tokenizer_name_or_path="hf", load="ckpt", save="out", finetune=False,
         no_load_optim=True, no_load_rng=True, save_interval=10, keep_last=0, lr=1e-5,

@@ -107,6 +107,8 @@ class RLConfig:
     critic_warmup: int = _opt(0, ge=0, help="first steps that update only the critic, not the actor (PPO)")
     reward_clip_range: list[float] | None = _opt(None, help="[low, high] the sequence score is clipped to; "
                                                  "null = no clipping")
+    max_bad_steps: int = _opt(3, ge=1, help="consecutive steps with a non-finite reward, loss or gradient norm "
+                              "(their updates skipped) before the run stops with an error")
     pretrain_coef: float = _opt(0.0, ge=0.0, help="PPO-ptx: weight of a supervised loss on data.ptx_path's "
                                 "pretrain_ids (response tokens); 0 = off")
 

@@ -34,6 +34,12 @@ class Checkpointer:
         log.info("saved checkpoint %s", path)
         return path
 
+    def newest(self) -> Optional[str]:
+        """The newest complete checkpoint directory of this run's save root, or None."""
+        root = self.run.cfg.actor_config.save
+        step = ck.latest_step(root) if root else None
+        return ck.iter_dir(root, step) if step is not None else None
+
     def resume(self) -> Optional[dict]:
         """With ``actor_config.finetune: false``, restore the optimizers from ``load`` and return the trainer
         state saved there (the caller restores step, data position, RNG seed, KL controller)."""

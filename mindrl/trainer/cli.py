@@ -44,9 +44,13 @@ def train_main(argv) -> int:
     _setup_logging()
     if cfg.runtime.only_save_strategy:
         return _export_strategy(cfg)
-    from mindrl.trainer.loop import RLTrainer
+    from mindrl.trainer.loop import RLTrainer, TrainingDiverged
     trainer = RLTrainer(cfg)
-    summary = trainer.fit()
+    try:
+        summary = trainer.fit()
+    except TrainingDiverged as err:
+        print(f"mindrl train: error: {err}", file=sys.stderr)
+        return 3
     before, after = summary.get("eval_before"), summary.get("eval_after")
     if before and after and trainer.run.topo.is_main:
         keys = [k for k in after if k.endswith("/mean")]

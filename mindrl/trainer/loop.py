@@ -22,6 +22,10 @@ from mindrl.trainer.metrics import Timers, rollout_metrics, throughput
 log = logging.getLogger("mindrl.train")
 
 
+class TrainingDiverged(RuntimeError):
+    """Too many consecutive steps with non-finite rewards, losses or gradients."""
+
+
 class RLTrainer:
     def __init__(self, cfg: TrainConfig, reward_funcs=None):
         from mindrl.algorithms import get_advantage_estimator, make_kl_controller
@@ -49,6 +53,7 @@ class RLTrainer:
         self.evaluate = Evaluator(run, self.policy, self.rewards, self.maker.sampling.stop_token_ids)
         self.checkpointer = Checkpointer(run, [r for r in (self.policy, self.critic) if r is not None])
         self.step = 0
+        self.bad_steps = 0  # consecutive steps with a non-finite reward, loss or gradient
         self._restore(self.checkpointer.resume())
         self.policy.reshard()  # the infer model starts from the loaded (or resumed) train weights
         if run.static_shapes:
@@ -59,24 +64,55 @@ class RLTrainer:
 
     def train_step(self) -> dict:
         rl, timers = self.cfg.rl_config, Timers()
+        lr = self.policy.lr_at(self.step)
+        skipped_before = self._skipped()
         with timers("all"):
             exp, metrics = self.maker.make(timers)
-            with timers("adv"):
-                metrics.update(self.compute_advantages(exp))
-            if self.critic is not None:
-                with timers("update_critic"):
-                    metrics.update(self.critic.update(exp, self.step))
-            lr = self.policy.lr_at(self.step)
-            if self.step >= rl.critic_warmup:  # during the critic's warm-up the actor waits for useful values
-                with timers("update"):
-                    metrics.update(self.policy.update(exp, lr, self.step))
-                with timers("reshard_to_infer"):
-                    self.policy.reshard()
+            reward_ok = bool(np.isfinite(exp.scores).all())
+            if reward_ok:  # a non-finite reward would poison every advantage: no update at all this step
+                with timers("adv"):
+                    metrics.update(self.compute_advantages(exp))
+                if self.critic is not None:
+                    with timers("update_critic"):
+                        metrics.update(self.critic.update(exp, self.step))
+                if self.step >= rl.critic_warmup:  # during the critic's warm-up the actor waits for useful values
+                    with timers("update"):
+                        metrics.update(self.policy.update(exp, lr, self.step))
+                    with timers("reshard_to_infer"):
+                        self.policy.reshard()
         metrics.update(rollout_metrics(exp, self.cfg.generate_config.max_tokens, self.estimator.needs_groups))
         metrics.update(timers.values, **{"actor/lr": lr})
         metrics.update(throughput(metrics, rl.global_batch_size, rl.n_samples_per_prompt, self.run.topo.world))
+        metrics["train/skipped_updates"] = self._skipped() - skipped_before
         self.step += 1
+        self._guard(metrics, reward_ok)
         return metrics
+
+    def _skipped(self) -> int:
+        return sum(r.updater.skipped for r in (self.policy, self.critic) if r is not None)
+
+    def _guard(self, metrics: dict, reward_ok: bool) -> None:
+        """Count steps whose reward, loss or gradient norm was not finite (their updates were skipped, so weights
+        and optimizer state are unchanged); stop the run after rl_config.max_bad_steps of them in a row."""
+        bad = [] if reward_ok else ["reward (critic/score/mean)"]
+        bad += sorted(k for k, v in metrics.items() if k.split("/")[0] in ("actor", "critic")
+                      and k != "critic/score/mean" and isinstance(v, float) and not np.isfinite(v))
+        if not bad:
+            self.bad_steps = 0
+            return
+        self.bad_steps += 1
+        limit = self.cfg.rl_config.max_bad_steps
+        if self.run.topo.is_main:
+            log.warning("step %d: non-finite %s; its updates were skipped (weights and optimizer state unchanged), "
+                        "%d such step(s) in a row of rl_config.max_bad_steps=%d", self.step, ", ".join(bad),
+                        self.bad_steps, limit)
+        if self.bad_steps >= limit:
+            newest = self.checkpointer.newest() if self.cfg.actor_config.save else None
+            raise TrainingDiverged(
+                f"{self.bad_steps} steps in a row had a non-finite {', '.join(bad)} (rl_config.max_bad_steps="
+                f"{limit}); stopping at step {self.step}. Weights were not updated by those steps"
+                + (f"; the newest checkpoint is {newest}" if newest else "")
+                + ". Lower the learning rate (actor_config.lr), check the reward function, or raise clip_grad.")
 
     def compute_advantages(self, exp) -> dict:
         """Token rewards (the score on each response's last token, minus the KL penalty when KL is in the reward),
@@ -118,6 +154,12 @@ class RLTrainer:
         return out.close()
 
     def save(self) -> str:
+        for role in (self.policy, self.critic):
+            if role is not None:
+                bad = [k for k, v in role.state_dict().items() if not np.isfinite(v).all()]
+                if bad:  # never written: a checkpoint with NaN would resume into NaN and could prune good ones
+                    raise TrainingDiverged(f"step {self.step}: the {role.name}'s {bad[0]} (and {len(bad) - 1} more) "
+                                           f"hold non-finite values; no checkpoint was written")
         state = {"step": self.step, **self.maker.state_dict(),
                  "rng": {"seed": self.run.seed, "sampler": "numpy PCG64 seeded from (seed, draw, replica)"},
                  "layout": {name: [lay.dp, lay.tp] for name, lay in self.run.topo.layouts.items()},

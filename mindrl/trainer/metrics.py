@@ -125,10 +125,12 @@ def rollout_metrics(exp, max_tokens: int, group_estimator: bool) -> dict:
         out["grpo/rewards/mean"] = float(exp.rewards.mean())
         for name, vals in exp.verifier_scores.items():
             out[f"grpo/rewards/{name}/mean"] = float(np.mean(vals))
-        row_adv = exp.advantages.sum(1) / np.maximum(exp.loss_mask.sum(1), 1.0)
-        out["grpo/advantages/mean"] = float(row_adv.mean())
+        if exp.advantages is not None:  # None when a non-finite reward skipped the step
+            row_adv = exp.advantages.sum(1) / np.maximum(exp.loss_mask.sum(1), 1.0)
+            out["grpo/advantages/mean"] = float(row_adv.mean())
     out["critic/score/mean"] = float(exp.scores.mean())
-    out["critic/rewards/mean"] = float(exp.token_rewards.astype(np.float64).sum(1).mean())
+    if exp.token_rewards is not None:
+        out["critic/rewards/mean"] = float(exp.token_rewards.astype(np.float64).sum(1).mean())
     for name in ("advantages", "returns", "values"):
         arr = getattr(exp, name)
         if arr is not None:

@@ -36,34 +36,59 @@ class AccumulateGrad(nn.Cell):
         return ops.depend(outs, done)
 
 
+class GradNorm(nn.Cell):
+    """The accumulated gradient's global norm, after ``grad_reduce`` (data parallel) has all-reduced it in place.
+
+    A separate graph from the step, so that the caller can look at the norm and skip a non-finite update before
+    the optimizer touches its state."""
+
+    def __init__(self, accum, grad_reduce=None):
+        super().__init__(auto_prefix=False)
+        self.accum = accum
+        self.grad_reduce = grad_reduce
+
+    def construct(self):
+        sq = ops.zeros((), ms.float32)
+        for g in self.accum:
+            if self.grad_reduce is not None:
+                reduced = self.grad_reduce(g)
+                g = ops.depend(reduced, ops.assign(g, reduced))  # the step (another graph) reads the reduced sum
+            sq = sq + (g * g).sum()
+        return ops.sqrt(sq)
+
+
 class ApplyGrad(nn.Cell):
-    """Global-norm clip of the accumulated gradient, AdamW step, reset. Returns the pre-clip norm.
+    """Global-norm clip of the accumulated gradient (its norm from GradNorm), AdamW step, reset."""
 
-    ``grad_reduce`` (data parallel) all-reduces the accumulated gradient first.
-    """
-
-    def __init__(self, accum, optimizer: AdamW, clip_grad: float, grad_reduce=None):
+    def __init__(self, accum, optimizer: AdamW, clip_grad: float):
         super().__init__(auto_prefix=False)
         self.accum = accum
         self.opt = optimizer
         self.clip = float(clip_grad)
-        self.grad_reduce = grad_reduce
 
-    def construct(self, lr):
-        grads = ()
-        for g in self.accum:
-            grads = grads + ((g if self.grad_reduce is None else self.grad_reduce(g)),)
-        sq = ops.zeros((), ms.float32)
-        for g in grads:
-            sq = sq + (g * g).sum()
-        norm = ops.sqrt(sq)
+    def construct(self, lr, norm):
+        grads = tuple(self.accum)
         if self.clip > 0:
             scale = self.clip / ops.maximum(norm, self.clip)
             grads = tuple(g * scale for g in grads)
         done = self.opt(grads, lr)
         for g in self.accum:
             done = ops.depend(done, ops.assign(g, ops.zeros_like(g)))
-        return ops.depend(norm, done)
+        return done
+
+
+class ResetGrad(nn.Cell):
+    """Drop the accumulated gradient (a skipped, non-finite update)."""
+
+    def __init__(self, accum):
+        super().__init__(auto_prefix=False)
+        self.accum = accum
+
+    def construct(self):
+        done = ops.zeros((), ms.float32)
+        for g in self.accum:
+            done = ops.depend(done, ops.assign(g, ops.zeros_like(g)))
+        return done
 
 
 class Updater:
@@ -81,8 +106,11 @@ class Updater:
         self.accumulate = AccumulateGrad(loss_cell, params)
         self.optimizer = AdamW(params, optim.adam_beta1, optim.adam_beta2, optim.adam_eps, optim.weight_decay,
                                step_name=step_name)
-        self.apply_cell = ApplyGrad(self.accumulate.accum, self.optimizer, optim.clip_grad, grad_reduce)
+        self.norm_cell = GradNorm(self.accumulate.accum, grad_reduce)
+        self.apply_cell = ApplyGrad(self.accumulate.accum, self.optimizer, optim.clip_grad)
+        self.reset_cell = ResetGrad(self.accumulate.accum)
         self.input_dtypes = tuple(input_dtypes)
+        self.skipped = 0  # optimizer steps skipped because the gradient was not finite
 
     def _tensors(self, arrays, denom):
         return [Tensor(a, dt) for a, dt in zip(arrays, self.input_dtypes)] + [Tensor(np.float32(denom))]
@@ -93,12 +121,23 @@ class Updater:
         return [float(o.asnumpy()) for o in outs]
 
     def apply(self, lr: float) -> float:
-        return float(self.apply_cell(Tensor(np.float32(lr))).asnumpy())
+        """One optimizer step on the accumulated gradient; returns its pre-clip norm. A non-finite norm (NaN or
+        inf loss or gradient) skips the step: weights and optimizer state stay as they were."""
+        norm = self.norm_cell()
+        value = float(norm.asnumpy())
+        if not np.isfinite(value):
+            self.reset_cell()
+            self.skipped += 1
+            return value
+        self.apply_cell(Tensor(np.float32(lr)), norm)
+        return value
 
     def compile(self, arrays) -> None:
         """Compile both graphs for micro-batches shaped like ``arrays`` (a fixed compile order)."""
         self.accumulate.compile(*self._tensors(arrays, 1.0))
-        self.apply_cell.compile(Tensor(np.float32(0.0)))
+        self.norm_cell.compile()
+        self.apply_cell.compile(Tensor(np.float32(0.0)), Tensor(np.float32(1.0)))
+        self.reset_cell.compile()
 
     def load_optimizer_state(self, state: dict, source: str):
         from mindrl.models.safetensors_io import CheckpointError
