@@ -117,8 +117,10 @@ def test_corrupt_checkpoint_is_named(workdir, tmp_path):
     shutil.copytree(workdir / "full" / "ckpt" / "iter_0000002", bad)
     with open(bad / "policy" / "optimizer.safetensors", "r+b") as fh:
         fh.truncate(100)
-    with pytest.raises(CheckpointError, match=r"policy/optimizer\.safetensors: size 100 differs from the manifest"):
-        ck.load_trainer_state(str(bad))
+    for read in (ck.verify, lambda d: ck.load_optimizer_state(d, "policy")):
+        with pytest.raises(CheckpointError, match=r"policy/optimizer\.safetensors: size 100 differs from the manifest"):
+            read(str(bad))
+    assert ck.load_trainer_state(str(bad))["step"] == 2  # its own file is intact
 
 
 def test_gradient_accumulation_matches_one_big_micro_batch(workdir):

@@ -582,6 +582,8 @@ def test_critic_load_from_a_mindrl_checkpoint(workdir, model_dirs):
     (it / "trainer_state.json").write_text("{}")
     shutil.copytree(model_dirs["policy"], it / "policy")
     shutil.copytree(model_dirs["ok"], it / "critic")
+    from mindrl.io import write_manifest
+    write_manifest(str(it), {"step": 4})  # what a real save seals it with (preflight checks it)
     from mindrl.models.weights import weights_path
     assert weights_path(str(root), "critic") == str(it / "critic")  # what Critic will load
     cfg = ppo_config(workdir, PPO_YAML, **{**PPO_BASE, "critic_config.load": str(root)})

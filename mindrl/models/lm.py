@@ -91,7 +91,7 @@ def resolve_checkpoint(path: str, model_config: Optional[str] = None):
         raise CheckpointError(f"{path}: not found")
     if os.path.isdir(path):
         from mindrl.models.weights import weights_path
-        path = weights_path(path)  # a mindrl training checkpoint: its policy
+        path = weights_path(path, verify=True)  # a mindrl training checkpoint: its policy
         if not os.path.exists(os.path.join(path, "config.json")) and model_config is None:
             raise CheckpointError(f"{path}: no config.json in the directory (pass model_config=...)")
         return load_model_config(model_config or path), path

@@ -76,15 +76,67 @@ def role_dir(directory: str, role: str) -> str:
     raise CheckpointError(f"{directory}: the checkpoint holds no {role} (no {role}/ subdirectory)")
 
 
-def weights_path(load: str, role: str = "policy") -> str:
+def weights_path(load: str, role: str = "policy", verify: bool = False) -> str:
     """The weights to load for ``role`` from ``load``: an HF directory or a weights file as given, or the
-    role's directory inside a mindrl checkpoint (a save root or an ``iter_*`` directory)."""
+    role's directory inside a mindrl checkpoint (a save root or an ``iter_*`` directory). With ``verify``, the
+    files of that role's weights are checked against the checkpoint's manifest first (:func:`verify_checkpoint`)."""
     if os.path.isfile(load):
         return load
     directory = resolve(load)
     if is_training_checkpoint(directory):
-        return role_dir(directory, role)
+        part = role_dir(directory, role)
+        if verify:
+            verify_checkpoint(directory, weight_files(directory, part))
+        return part
     return directory
+
+
+# files directly in a role's part that only resuming reads
+_RESUME_ONLY = ("optimizer.safetensors", TRAINER_STATE)
+
+
+def weight_files(directory: str, part: str):
+    """A manifest filter: the files holding the weights of the role stored at ``part`` inside ``directory``."""
+    prefix = os.path.relpath(part, directory)
+    prefix = "" if prefix == "." else prefix + os.sep
+
+    def select(rel: str) -> bool:  # weights, config and tokenizer files sit directly in the part's directory
+        inner = rel[len(prefix):]
+        return rel.startswith(prefix) and os.sep not in inner and inner not in _RESUME_ONLY
+    return select
+
+
+def verify_checkpoint(directory: str, select=None) -> None:
+    """Check ``directory``'s files against its manifest (sizes and checksums). A damaged checkpoint is never
+    used in place of another: the error names the damaged file and offers, by name, the newest older
+    checkpoint of the same save directory that is intact."""
+    from mindrl.io import DamagedFile, verify_manifest
+    if os.environ.get("MS_ROLE") == "MS_SCHED":
+        return  # msrun's scheduler process stops at init(): the workers check before they read
+    try:
+        verify_manifest(directory, select)
+    except DamagedFile as err:
+        older = intact_before(directory)
+        offer = (f"; the newest intact checkpoint before it is {older}: load that one (e.g. actor_config.load={older})"
+                 if older else "; no older intact checkpoint was found beside it")
+        raise CheckpointError(f"{err}{offer}") from None
+
+
+def intact_before(directory: str) -> Optional[str]:
+    """The newest ``iter_*`` sibling older than ``directory`` whose every file matches its manifest, or None."""
+    from mindrl.io import DamagedFile, verify_manifest
+    root, name = os.path.split(os.path.abspath(directory))
+    if not name.startswith("iter_") or not name[5:].isdigit():
+        return None
+    steps = sorted((int(d[5:]) for d in os.listdir(root) if d.startswith("iter_") and d[5:].isdigit()
+                    and int(d[5:]) < int(name[5:])), reverse=True)
+    for step in steps:
+        try:
+            verify_manifest(iter_dir(root, step))
+            return iter_dir(root, step)
+        except DamagedFile:
+            continue
+    return None
 
 
 
@@ -103,7 +155,7 @@ class TensorSource:
         self._shape: Dict[str, tuple] = {}
         self.extras: Dict[str, np.ndarray] = {}
         if os.path.isdir(path):
-            path = self.path = weights_path(path)  # a mindrl training checkpoint: its policy
+            path = self.path = weights_path(path, verify=True)  # a mindrl training checkpoint: its policy
             for name, f in open_hf_checkpoint(path).items():
                 self._add(name, f)
         elif path.endswith(".safetensors"):

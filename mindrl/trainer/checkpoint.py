@@ -11,7 +11,8 @@ Layout of ``actor_config.save`` (Megatron/MindSpeed users know the tracker file)
           optimizer.safetensors              # adam_m.*, adam_v.*, global_step (full tensors, HF orientation)
           rank_checkpoints/rank_<r>/checkpoint_<r>.ckpt, strategy/   # multi-rank runs: MindSpore's own format
         critic/                              # PPO: the value model, the same files
-        manifest.json                        # every file with its size: written last, checked on load
+        manifest.json                        # every file with its size and xxh3 checksum: written last, checked
+                                             # before any file is used (weights, optimizer, trainer state)
 
 Checkpoints written before roles existed hold the policy's files at the ``iter_*`` root; they still load
 (:func:`role_dir`). A checkpoint is assembled in a hidden staging directory (``mindrl.io``) by every rank and
@@ -24,12 +25,12 @@ import os
 import shutil
 from typing import Optional
 
-from mindrl.io import remove_stale_staging, staging_path, write_json, write_text
+from mindrl.io import (MANIFEST, read_manifest, remove_stale_staging, staging_path, write_json,  # noqa: F401
+                       write_manifest, write_text)
 from mindrl.models.safetensors_io import CheckpointError, SafetensorsFile
 from mindrl.models.weights import (TRACKER, TRAINER_STATE, is_training_checkpoint, iter_dir,  # noqa: F401
-                                   resolve, role_dir, weights_path)
+                                   resolve, role_dir, verify_checkpoint, weights_path)
 
-MANIFEST = "manifest.json"
 OPTIMIZER = "optimizer.safetensors"
 
 
@@ -49,14 +50,10 @@ def begin(root: str, step: int) -> str:
 
 
 def finalize(root: str, step: int, keep_last: int = 2) -> str:
-    """(main rank) Seal the staged checkpoint: manifest, rename, tracker, pruning."""
+    """(main rank) Seal the staged checkpoint: manifest (sizes and checksums read back from disk), rename,
+    tracker, pruning."""
     tmp, final = pending_dir(root, step), iter_dir(root, step)
-    files = {}
-    for dirpath, _, names in os.walk(tmp):
-        for f in names:
-            full = os.path.join(dirpath, f)
-            files[os.path.relpath(full, tmp)] = os.path.getsize(full)
-    write_json(os.path.join(tmp, MANIFEST), {"step": step, "files": dict(sorted(files.items()))})
+    write_manifest(tmp, {"step": step})
     if os.path.exists(final):
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -77,29 +74,27 @@ def _prune(root, keep_last, current):
 
 
 def verify(directory: str) -> dict:
-    """Check the manifest: every listed file present with its size. Returns the manifest."""
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.exists(path):
-        raise CheckpointError(f"{directory}: no {MANIFEST}: not a complete mindrl checkpoint")
-    with open(path) as fh:
-        manifest = json.load(fh)
-    for fname, size in manifest["files"].items():
-        f = os.path.join(directory, fname)
-        if not os.path.exists(f):
-            raise CheckpointError(f"{f}: listed in the manifest but missing")
-        if os.path.getsize(f) != size:
-            raise CheckpointError(f"{f}: size {os.path.getsize(f)} differs from the manifest's {size} (corrupt)")
-    return manifest
+    """Check every file the manifest lists (size and checksum). Returns the manifest."""
+    verify_checkpoint(directory)
+    return read_manifest(directory)
 
 
 def load_trainer_state(directory: str) -> dict:
-    verify(directory)
-    with open(os.path.join(directory, TRAINER_STATE)) as fh:
-        return json.load(fh)
+    verify_checkpoint(directory, lambda rel: rel == TRAINER_STATE)
+    path = os.path.join(directory, TRAINER_STATE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            state = json.load(fh)
+        int(state["step"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not a valid trainer state ({err.__class__.__name__}: {err})") from None
+    return state
 
 
 def load_optimizer_state(directory: str, role: str = "policy") -> dict:
-    f = SafetensorsFile(os.path.join(role_dir(directory, role), OPTIMIZER))
+    path = os.path.join(role_dir(directory, role), OPTIMIZER)
+    verify_checkpoint(directory, lambda rel: os.path.join(directory, rel) == path)
+    f = SafetensorsFile(path)
     return {k: f.get(k) for k in f.keys()}
 
 

@@ -4,32 +4,51 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from typing import List, Optional
 
+from mindrl.io import remove_stale_staging
 from mindrl.trainer import checkpoint as ck
 
 log = logging.getLogger("mindrl.train")
 
 
+class SaveFailed(RuntimeError):
+    """A checkpoint could not be written (disk full, directory gone, ...); the earlier ones are untouched."""
+
+
 class Checkpointer:
     def __init__(self, run, roles: List):
         self.run, self.roles = run, roles  # trained roles: each saves into <iter>/<role.name>/
+        root = run.cfg.actor_config.save
+        if root and run.topo.is_main:
+            for path in remove_stale_staging(root):
+                log.warning("removed %s: a save that did not finish (the process was killed or failed) left it", path)
 
     def save(self, step: int, state: dict) -> str:
-        """A collective: every rank calls it. Returns the checkpoint directory."""
+        """A collective: every rank calls it. Returns the checkpoint directory. A failure to write removes what
+        was staged and raises SaveFailed naming the file; the newest complete checkpoint stays the newest."""
         run, cfg = self.run, self.run.cfg
         root = cfg.actor_config.save
-        if run.topo.is_main:
-            ck.begin(root, step)
-        run.exchange.barrier()
         pending = ck.pending_dir(root, step)
-        for role in self.roles:
-            role.save(os.path.join(pending, role.name))
-        run.exchange.barrier()
-        path = ck.iter_dir(root, step)
-        if run.topo.is_main:
-            ck.save_trainer_state(pending, state)
-            path = ck.finalize(root, step, cfg.actor_config.keep_last)
+        try:
+            if run.topo.is_main:
+                ck.begin(root, step)
+            run.exchange.barrier()
+            for role in self.roles:
+                role.save(os.path.join(pending, role.name))
+            run.exchange.barrier()
+            path = ck.iter_dir(root, step)
+            if run.topo.is_main:
+                ck.save_trainer_state(pending, state)
+                path = ck.finalize(root, step, cfg.actor_config.keep_last)
+        except OSError as err:
+            shutil.rmtree(pending, ignore_errors=True)
+            newest = self.newest()
+            raise SaveFailed(f"writing checkpoint {step} failed: {err.strerror or err} "
+                             f"({err.filename or root}); nothing of it was kept. "
+                             + (f"The newest complete checkpoint is still {newest}." if newest
+                                else "No earlier checkpoint exists.")) from err
         run.exchange.barrier()
         log.info("saved checkpoint %s", path)
         return path

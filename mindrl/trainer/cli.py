@@ -27,6 +27,19 @@ def _load(args):
         return None
 
 
+def _build(cfg):
+    """The trainer, or None after printing why the setup cannot run (a layout that does not divide the batch, a
+    damaged checkpoint found while loading): such errors are the config's, found before anything compiles."""
+    from mindrl.config import ConfigError
+    from mindrl.models.safetensors_io import CheckpointError
+    from mindrl.trainer.loop import RLTrainer
+    try:
+        return RLTrainer(cfg)
+    except (ConfigError, CheckpointError) as err:
+        print(f"mindrl: config error:\n{err}", file=sys.stderr)
+        return None
+
+
 def _setup_logging():
     """INFO on rank 0; other msrun ranks report only warnings and errors (prefixed with their rank)."""
     import os
@@ -44,13 +57,19 @@ def train_main(argv) -> int:
     _setup_logging()
     if cfg.runtime.only_save_strategy:
         return _export_strategy(cfg)
+    from mindrl.trainer.checkpointing import SaveFailed
     from mindrl.trainer.loop import RLTrainer, TrainingDiverged
-    trainer = RLTrainer(cfg)
+    trainer = _build(cfg)
+    if trainer is None:
+        return 2
     try:
         summary = trainer.fit()
     except TrainingDiverged as err:
         print(f"mindrl train: error: {err}", file=sys.stderr)
         return 3
+    except SaveFailed as err:
+        print(f"mindrl train: error: {err}", file=sys.stderr)
+        return 1
     before, after = summary.get("eval_before"), summary.get("eval_after")
     if before and after and trainer.run.topo.is_main:
         keys = [k for k in after if k.endswith("/mean")]
@@ -68,8 +87,9 @@ def evaluate_main(argv) -> int:
         return 2
     cfg.rl_config.train_iters = 0
     _setup_logging()
-    from mindrl.trainer.loop import RLTrainer
-    trainer = RLTrainer(cfg)
+    trainer = _build(cfg)
+    if trainer is None:
+        return 2
     result = trainer.evaluate()
     if trainer.run.topo.is_main:
         print(json.dumps(result, indent=2))
@@ -90,9 +110,10 @@ def export_strategy_main(argv) -> int:
 def _export_strategy(cfg) -> int:
     """Build and compile every model of the run (static shapes, fixed order), write
     ``<strategy_dir>/<stage>_<model>_strategy/strategy_<rank>.json``, and exit without training."""
-    from mindrl.trainer.loop import RLTrainer
     from mindrl.trainer.roles import write_strategy
-    trainer = RLTrainer(cfg)  # compiles everything: only_save_strategy implies static shapes
+    trainer = _build(cfg)  # compiles everything: only_save_strategy implies static shapes
+    if trainer is None:
+        return 2
     stages = [stage for role in trainer.roles() for stage in role.stages()]
     written = write_strategy(cfg.runtime.strategy_dir, stages, trainer.run.topo)
     trainer.run.exchange.barrier()

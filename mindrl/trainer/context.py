@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mindrl.config import TrainConfig
+from mindrl.config import ConfigError, TrainConfig
 from mindrl.parallel.exchange import Exchange
 from mindrl.parallel.topology import Topology, build_topology
 
@@ -58,22 +58,25 @@ class RunContext:
         if cfg.reward_config is not None:
             stages["reward"] = (cfg.reward_config.tensor_model_parallel_size, None,
                                 "reward_config.tensor_model_parallel_size")
-        topo = build_topology(stages)
+        try:
+            topo = build_topology(stages)
+        except ValueError as err:  # a tp size that does not divide the world: the config's
+            raise ConfigError(str(err)) from None
         if rl.global_batch_size % topo.infer.dp:
-            raise ValueError(f"rl_config.global_batch_size={rl.global_batch_size} is not divisible by the rollout's "
+            raise ConfigError(f"rl_config.global_batch_size={rl.global_batch_size} is not divisible by the rollout's "
                              f"data parallel size {topo.infer.dp} (world {topo.world} / infer tp {topo.infer.tp})")
         if rl.mini_batch_size % (topo.train.dp * rl.micro_batch_size):
-            raise ValueError(f"rl_config.mini_batch_size={rl.mini_batch_size} must split into train data parallel "
+            raise ConfigError(f"rl_config.mini_batch_size={rl.mini_batch_size} must split into train data parallel "
                              f"size {topo.train.dp} x micro_batch_size {rl.micro_batch_size}")
         if cfg.critic_config is not None and rl.mini_batch_size % (topo["critic"].dp * cfg.critic_config.micro_batch_size):
-            raise ValueError(f"rl_config.mini_batch_size={rl.mini_batch_size} must split into the critic's data "
+            raise ConfigError(f"rl_config.mini_batch_size={rl.mini_batch_size} must split into the critic's data "
                              f"parallel size {topo['critic'].dp} x critic_config.micro_batch_size "
                              f"{cfg.critic_config.micro_batch_size}")
         if rl.pretrain_coef > 0:
             from mindrl.trainer.ptx import ptx_chunks
             chunk = rl.global_batch_size // ptx_chunks(rl)
             if chunk % topo.train.dp or chunk // topo.train.dp % min(rl.micro_batch_size, chunk // topo.train.dp):
-                raise ValueError(f"rl_config.pretrain_coef: PPO-ptx's {chunk} SFT rows per mini-batch do not split "
+                raise ConfigError(f"rl_config.pretrain_coef: PPO-ptx's {chunk} SFT rows per mini-batch do not split "
                                  f"into train data parallel size {topo.train.dp} x micro-batches of "
                                  f"rl_config.micro_batch_size {rl.micro_batch_size}")
         tokenizer = load_tokenizer(actor.tokenizer_name_or_path)

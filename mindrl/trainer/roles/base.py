@@ -49,7 +49,7 @@ def load_weights(net, path: str, role: str = "policy", allow_missing=()) -> str:
     """Load ``path`` (an HF directory, a weights file, or a mindrl checkpoint: its ``role`` part) into ``net``."""
     from mindrl.models.weights import load_into
     from mindrl.trainer import checkpoint as ck
-    source = ck.weights_path(path, role)
+    source = ck.weights_path(path, role, verify=True)
     load_into(net, source, allow_missing=allow_missing)
     return source
 
@@ -102,6 +102,12 @@ class TrainedRole:
         """This rank's trained weights as numpy, HF names and orientation (full tensors at tp=1)."""
         from mindrl.models.weights import state_numpy
         return state_numpy(self.net)
+
+    def non_finite(self) -> list:
+        """Names of this rank's weights and optimizer tensors that hold NaN or inf (checked before every save)."""
+        tensors = {**self.state_dict(), **{self.file_key(p.name): p.asnumpy()
+                                          for p in self.updater.optimizer.state_parameters()}}
+        return [k for k, v in tensors.items() if not np.isfinite(v).all()]
 
     def file_key(self, name: str) -> str:
         """A Parameter's name as files spell it: without the in-process ``rename`` prefix."""

@@ -48,7 +48,7 @@ class Critic(TrainedRole):
         self.net = build_net(config, "value", self.layout, seed=run.seed + 7, init=path is None, rename=self.rename)
         head = False
         if path is not None:
-            source = TensorSource(weights_path(path, role))
+            source = TensorSource(weights_path(path, role, verify=True))
             load_into(self.net, source, allow_missing=("score.",))
             head = "score.weight" in source
             log.info("critic weights loaded from %s%s", source.path, "" if head else " (backbone; zero value head)")

@@ -6,6 +6,7 @@ from typing import List
 
 import numpy as np
 
+from mindrl.config import ConfigError
 from mindrl.trainer.roles.base import Stage, build_net, load_weights, score_in_shares
 
 log = logging.getLogger("mindrl.train")
@@ -21,7 +22,7 @@ class Reference:
         self.run, self.layout = run, run.topo.train
         config = load_model_config(cfg.ref.model)
         if config.vocab_size != run.model_config.vocab_size:
-            raise ValueError(f"ref.model: {cfg.ref.model} has vocab_size {config.vocab_size}, the policy "
+            raise ConfigError(f"ref.model: {cfg.ref.model} has vocab_size {config.vocab_size}, the policy "
                              f"{run.model_config.vocab_size}; the KL compares the two token by token")
         if cfg.actor_config.compute_dtype:
             config = config.replace(compute_dtype=cfg.actor_config.compute_dtype)
