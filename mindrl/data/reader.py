@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PromptDataset", "pad_batch", "mindrecord_size", "mindrecord_columns"]
+__all__ = ["PromptDataset", "pad_batch", "mindrecord_size", "mindrecord_columns", "prompt_stats"]
 
 
 def mindrecord_size(path: str) -> int:
@@ -179,3 +179,22 @@ def pad_batch(sequences, pad_id: int, side: str = "left", length: int | None = N
             ids[i, sl] = seq
             mask[i, sl] = 1
     return ids, mask
+
+
+def prompt_stats(path: str, prompt_key: str = "prompt_ids") -> dict:
+    """One pass over a MindRecord's prompts: ``rows``, the longest prompt (``longest``, ``longest_row``) and the
+    largest token id (``max_id``, ``max_id_row``), rows counted from 0 in file order. A ``prompt_length`` column,
+    when present, says where each (padded) prompt ends."""
+    import mindspore.dataset as ds
+    lengths = "prompt_length" in mindrecord_columns(path)
+    data = ds.MindDataset(path, columns_list=[prompt_key] + (["prompt_length"] if lengths else []), shuffle=False)
+    out = {"rows": 0, "longest": 0, "longest_row": None, "max_id": -1, "max_id_row": None}
+    for i, row in enumerate(data.create_tuple_iterator(output_numpy=True, num_epochs=1)):
+        ids = row[0][:int(row[1])] if lengths else row[0]
+        if len(ids) > out["longest"]:
+            out["longest"], out["longest_row"] = len(ids), i
+        top = int(ids.max()) if len(ids) else -1
+        if top > out["max_id"]:
+            out["max_id"], out["max_id_row"] = top, i
+        out["rows"] = i + 1
+    return out

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from mindrl.config import TrainConfig
-from mindrl.trainer.metrics import Timers, rollout_metrics, throughput
+from mindrl.trainer.metrics import Timers, memory_metrics, rollout_metrics, throughput
 
 log = logging.getLogger("mindrl.train")
 
@@ -84,6 +84,7 @@ class RLTrainer:
         metrics.update(timers.values, **{"actor/lr": lr})
         metrics.update(throughput(metrics, rl.global_batch_size, rl.n_samples_per_prompt, self.run.topo.world))
         metrics["train/skipped_updates"] = self._skipped() - skipped_before
+        metrics.update(memory_metrics())
         self.step += 1
         self._guard(metrics, reward_ok)
         return metrics
@@ -137,29 +138,28 @@ class RLTrainer:
         from mindrl.trainer.run_log import RunLog
         rl, actor, ev = self.cfg.rl_config, self.cfg.actor_config, self.cfg.eval
         out = RunLog(self.cfg, self.run.topo.is_main, start=self.step)
-        if ev.path:
+        if ev.path and self.step == 0:  # a resumed run measured its start already
             out.eval("before", self.step, self.evaluate())
         while self.step < rl.train_iters:
             metrics = self.train_step()
-            if ev.path and ev.interval and self.step % ev.interval == 0 and self.step < rl.train_iters:
-                metrics.update(self.evaluate())
+            last = self.step == rl.train_iters
+            if ev.path and (last or ev.interval and self.step % ev.interval == 0):
+                metrics.update(self.evaluate())  # in the step's own row: every step is one line of metrics.jsonl
             out.step(self.step, metrics)
-            if actor.save and actor.save_interval and self.step % actor.save_interval == 0:
+            if actor.save and (last or actor.save_interval and self.step % actor.save_interval == 0):
                 self.save()
-        if actor.save and (not actor.save_interval or self.step % actor.save_interval):
-            self.save()
         if ev.path:
-            out.eval("after", self.step, self.evaluate())
+            last_row = out.summary.get("last") or self.evaluate()
+            out.eval("after", self.step, {k: v for k, v in last_row.items() if k.startswith("eval/")}, record=False)
         self.rewards.close()
         return out.close()
 
     def save(self) -> str:
         for role in (self.policy, self.critic):
-            if role is not None:
-                bad = [k for k, v in role.state_dict().items() if not np.isfinite(v).all()]
-                if bad:  # never written: a checkpoint with NaN would resume into NaN and could prune good ones
-                    raise TrainingDiverged(f"step {self.step}: the {role.name}'s {bad[0]} (and {len(bad) - 1} more) "
-                                           f"hold non-finite values; no checkpoint was written")
+            bad = role.non_finite() if role is not None else []
+            if bad:  # never written: a checkpoint with NaN would resume into NaN and could prune good ones
+                raise TrainingDiverged(f"step {self.step}: the {role.name}'s {bad[0]} (and {len(bad) - 1} more) "
+                                       f"hold non-finite values; no checkpoint was written")
         state = {"step": self.step, **self.maker.state_dict(),
                  "rng": {"seed": self.run.seed, "sampler": "numpy PCG64 seeded from (seed, draw, replica)"},
                  "layout": {name: [lay.dp, lay.tp] for name, lay in self.run.topo.layouts.items()},

@@ -36,10 +36,26 @@ def throughput(metrics: dict, global_batch_size: int, n_samples: int, world_size
     return out
 
 
+def memory_metrics() -> dict:
+    """This process's resident memory now and at its peak, in GiB (host memory: on CPU that is all of it)."""
+    import resource
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open("/proc/self/statm") as fh:
+            rss = int(fh.read().split()[1]) * page
+    except OSError:  # not Linux: the peak is all there is
+        rss = None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return {"memory/rss_gb": (rss if rss is not None else peak) / 2**30, "memory/peak_rss_gb": peak / 2**30}
+
+
 class MetricsLogger:
     """Writes one JSON line per step and TensorBoard scalars; rank 0 only."""
 
-    def __init__(self, log_dir: str, jsonl: bool = True, tensorboard: bool = True, enabled: bool = True):
+    def __init__(self, log_dir: str, jsonl: bool = True, tensorboard: bool = True, enabled: bool = True,
+                 start: int = 0):
+        """``start``: the step a resumed run continues from. Rows after it were written by the run that was
+        interrupted and will be written again: they are dropped, so every step is in the files once."""
         self.enabled = enabled
         self.log_dir = log_dir
         self._jsonl = None
@@ -48,10 +64,14 @@ class MetricsLogger:
             return
         os.makedirs(log_dir, exist_ok=True)
         if jsonl:
-            self._jsonl = open(os.path.join(log_dir, "metrics.jsonl"), "a", buffering=1)
+            path = os.path.join(log_dir, "metrics.jsonl")
+            if start and os.path.exists(path):
+                _keep_rows_up_to(path, start)
+            self._jsonl = open(path, "a", buffering=1)
         if tensorboard:
             from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(logdir=os.path.join(log_dir, "tensorboard"))
+            # purge_step: TensorBoard discards the interrupted run's events from this step on
+            self._tb = SummaryWriter(logdir=os.path.join(log_dir, "tensorboard"), purge_step=start + 1 if start else None)
 
     def log(self, step: int, metrics: dict):
         if not self.enabled:
@@ -69,6 +89,21 @@ class MetricsLogger:
             self._jsonl.close()
         if self._tb is not None:
             self._tb.close()
+
+
+def _keep_rows_up_to(path: str, step: int) -> None:
+    """Rewrite metrics.jsonl without its rows after ``step`` (and without a torn last line)."""
+    from mindrl.io import write_text
+    keep = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut short when the process was killed
+            if int(row.get("step", 0)) <= step:
+                keep.append(json.dumps(row) + "\n")
+    write_text(path, "".join(keep))
 
 
 def _plain(v):

@@ -22,7 +22,7 @@ class RunLog:
         from mindrl.trainer import checkpoint as ck
         lg, actor, rl = cfg.logging, cfg.actor_config, cfg.rl_config
         self.main, self.interval = is_main, lg.log_interval
-        self.logger = MetricsLogger(lg.log_dir, lg.jsonl, lg.tensorboard, enabled=is_main)
+        self.logger = MetricsLogger(lg.log_dir, lg.jsonl, lg.tensorboard, enabled=is_main, start=start)
         self.summary = {}
         if is_main:
             write_text(os.path.join(lg.log_dir, "config.yaml"), cfg.to_yaml())
@@ -33,9 +33,11 @@ class RunLog:
         self.bar = tqdm(total=rl.train_iters, initial=start, desc=rl.adv_estimator,
                         disable=not (lg.progress_bar and is_main), file=sys.stderr, dynamic_ncols=True)
 
-    def eval(self, when: str, step: int, result: dict) -> None:
+    def eval(self, when: str, step: int, result: dict, record: bool = True) -> None:
+        """Show (and with ``record``, log as the row of ``step``) a held-out result."""
         self.summary[f"eval_{when}"] = result
-        self.logger.log(step, result)
+        if record:
+            self.logger.log(step, result)
         if self.main:
             print(f"eval {when} training (step {step}): " + _fmt(result), flush=True)
 

@@ -1,0 +1,465 @@
+"""Fault injection: damaged checkpoints, killed processes, full and read-only disks, and inputs that do not fit
+the model. Each ends with the newest complete, finite checkpoint loadable and either a resumed run that repeats
+the uninterrupted one exactly, or a clear error naming the file or key (docs/reliability.md lists them)."""
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+CONFIG = os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml")
+TOKENIZER = os.path.join(ROOT, "examples", "tiny", "tokenizer")
+# what a resumed run must repeat exactly (timings and throughput differ from run to run)
+TRAJECTORY = ("grpo/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/pg_clipfrac",
+              "response_length/mean", "grpo/rewards/ones/mean")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    from conftest import make_grpo_workdir
+    return make_grpo_workdir(tmp_path_factory.mktemp("reliability"))
+
+
+def settings(d, run, **over):
+    from conftest import tiny_run_settings
+    s = tiny_run_settings(d, d / run / "logs", **{
+        "rl_config.train_iters": 6, "actor_config.save": str(d / run / "ckpt"), "actor_config.save_interval": 1,
+        "actor_config.keep_last": 0, "logging.tensorboard": "false"})
+    s.update(over)
+    return s
+
+
+def load(s):
+    from conftest import as_overrides
+    from mindrl.config import load_train_config
+    return load_train_config(CONFIG, as_overrides(s))
+
+
+def train_cmd(s):
+    from conftest import as_overrides
+    return [sys.executable, "-m", "mindrl.cli", "train", "--config", CONFIG] + as_overrides(s)
+
+
+def cli(s, timeout=600, prefix=()):
+    return subprocess.run(list(prefix) + train_cmd(s), cwd=ROOT, env=dict(os.environ, GLOG_v="3"),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def rows(log_dir):
+    with open(os.path.join(log_dir, "metrics.jsonl")) as fh:
+        return [json.loads(line) for line in fh]
+
+
+def policy_tensors(checkpoint):
+    from mindrl.models.weights import TensorSource
+    src = TensorSource(str(checkpoint))
+    return {n: src.get(n) for n in src.names()}
+
+
+@pytest.fixture(scope="module")
+def saved(workdir):
+    """An uninterrupted 2-step run with a checkpoint after each step."""
+    from mindrl.trainer import RLTrainer
+    RLTrainer(load(settings(workdir, "saved", **{"rl_config.train_iters": 2}))).fit()
+    return workdir / "saved" / "ckpt"
+
+
+def flip_byte(path):
+    """Change one byte in the middle of ``path``; its size stays the same."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_byte_flip_in_any_checkpoint_file_is_named_and_the_older_one_offered(workdir, saved, tmp_path):
+    from mindrl.config import ConfigError
+    from mindrl.trainer.preflight import preflight
+    newest = saved / "iter_0000002"
+    files = sorted(json.loads((newest / "manifest.json").read_text())["files"]) + ["manifest.json"]
+    assert "policy/model.safetensors" in files and "policy/optimizer.safetensors" in files
+    weights = {"policy/model.safetensors", "policy/config.json"}
+    for i, rel in enumerate(files):
+        root = tmp_path / f"case{i}"
+        shutil.copytree(saved, root)
+        flip_byte(root / "iter_0000002" / rel)
+        # resuming reads every file: each flip is found before anything is built
+        with pytest.raises(ConfigError) as err:
+            preflight(load(settings(workdir, "x", **{"actor_config.finetune": "false",
+                                                      "actor_config.load": str(root)})))
+        assert len(err.value.errors) == 1, err.value.errors
+        line = err.value.errors[0]
+        assert "actor_config.load" in line and str(root / "iter_0000002") in line, (rel, line)
+        if rel != "manifest.json":
+            assert rel in line and ("checksum differs" in line or "not a valid" in line), (rel, line)
+        assert f"load that one (e.g. actor_config.load={root / 'iter_0000001'})" in line, line
+        if rel in weights:  # starting from the weights alone (finetune) reads and checks them too
+            with pytest.raises(ConfigError, match="checksum differs"):
+                preflight(load(settings(workdir, "x", **{"actor_config.load": str(root)})))
+
+
+def test_the_offered_checkpoint_resumes(workdir, saved, tmp_path):
+    """The older checkpoint named by the error loads and continues."""
+    from mindrl.trainer import RLTrainer
+    root = tmp_path / "run"
+    shutil.copytree(saved, root)
+    flip_byte(root / "iter_0000002" / "policy" / "model.safetensors")
+    t = RLTrainer(load(settings(workdir, "offered", **{"actor_config.finetune": "false",
+                                                       "actor_config.load": str(root / "iter_0000001"),
+                                                       "actor_config.save": "null", "actor_config.save_interval": 0,
+                                                       "rl_config.train_iters": 2})))
+    assert t.step == 1
+    assert np.isfinite(t.train_step()["actor/pg_loss"])
+
+
+def test_an_unreadable_trainer_state_is_named(workdir, saved, tmp_path):
+    from mindrl.io import write_manifest
+    from mindrl.models.safetensors_io import CheckpointError
+    from mindrl.trainer import checkpoint as ck
+    it = tmp_path / "iter_0000002"
+    shutil.copytree(saved / "iter_0000002", it)
+    (it / "trainer_state.json").write_text('{"step": ')
+    os.remove(it / "manifest.json")
+    write_manifest(str(it), {"step": 2})  # sealed as it is: the checksum passes, the JSON does not
+    with pytest.raises(CheckpointError, match=r"trainer_state\.json: not a valid trainer state \(JSONDecodeError"):
+        ck.load_trainer_state(str(it))
+
+
+def test_leftovers_of_a_crashed_save_are_removed_at_start(workdir, saved, tmp_path, caplog):
+    from mindrl.trainer import RLTrainer
+    root = tmp_path / "ckpt"
+    shutil.copytree(saved, root)
+    (root / ".iter_0000003.tmp-ranks" / "policy").mkdir(parents=True)   # a killed save's staging directory
+    (root / ".iter_0000003.tmp-ranks" / "policy" / "model.safetensors").write_bytes(b"partial")
+    (root / ".latest_checkpointed_iteration.txt.tmp-999999999").write_text("3")  # a dead writer's file
+    caplog.set_level("INFO", logger="mindrl.train")
+    RLTrainer(load(settings(workdir, "leftovers", **{"actor_config.save": str(root), "rl_config.train_iters": 3,
+                                                      "actor_config.load": str(root), "actor_config.finetune": "false"})))
+    assert sorted(os.listdir(root)) == ["iter_0000001", "iter_0000002", "latest_checkpointed_iteration.txt"]
+    removed = [r.getMessage() for r in caplog.records if "a save that did not finish" in r.getMessage()]
+    assert len(removed) == 2 and any(".iter_0000003.tmp-ranks" in m for m in removed), removed
+
+
+# -- killed processes ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def uninterrupted(workdir):
+    """The reference: the same 6-step run as the killed ones, never interrupted (through the CLI, as they are)."""
+    s = settings(workdir, "uninterrupted")
+    res = cli(s)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return s
+
+
+def newest_checkpoint(root):
+    from mindrl.trainer import checkpoint as ck
+    step = ck.latest_step(str(root)) if os.path.isdir(root) else None
+    return None if step is None else ck.iter_dir(str(root), step)
+
+
+def resume_settings(workdir, run):
+    s = settings(workdir, run)
+    if newest_checkpoint(s["actor_config.save"]):
+        s.update({"actor_config.load": s["actor_config.save"], "actor_config.finetune": "false"})
+    return s
+
+
+def assert_same_trajectory(workdir, run, reference):
+    from mindrl.trainer import checkpoint as ck
+    got, want = rows(workdir / run / "logs"), rows(reference["logging.log_dir"])
+    steps = [r["step"] for r in got if "timing/all" in r]
+    assert steps == [1, 2, 3, 4, 5, 6], steps  # every step once, after however many restarts
+    for a, b in zip([r for r in want if "timing/all" in r], [r for r in got if "timing/all" in r]):
+        for key in TRAJECTORY:
+            assert a[key] == b[key], (a["step"], key, a[key], b[key])
+    mine, theirs = workdir / run / "ckpt" / "iter_0000006", os.path.join(reference["actor_config.save"], "iter_0000006")
+    ck.verify(str(mine))
+    a, b = policy_tensors(mine / "policy"), policy_tensors(os.path.join(theirs, "policy"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)  # bit for bit
+    assert all(np.isfinite(v).all() for v in a.values())
+
+
+def wait_for_rows(log_dir, n, proc, deadline):
+    path = os.path.join(log_dir, "metrics.jsonl")
+    while time.monotonic() < deadline and proc.poll() is None:
+        if os.path.exists(path):
+            with open(path) as fh:
+                if sum('"timing/all"' in line for line in fh) >= n:
+                    return True
+        time.sleep(0.002)
+    return False
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_of_training_resumes_the_same_trajectory(workdir, uninterrupted):
+    """Three SIGKILLs, each a random time within the step after a random step's metrics appear (so they land in a
+    rollout, an update or a save); after each, the run is restarted from its newest checkpoint."""
+    run, chooser, kills = "killed", random.Random(11), 0
+    log_dir = workdir / run / "logs"
+    while kills < 3:
+        s = resume_settings(workdir, run)
+        done = len([r for r in rows(log_dir) if "timing/all" in r]) if (log_dir / "metrics.jsonl").exists() else 0
+        proc = subprocess.Popen(train_cmd(s), cwd=ROOT, env=dict(os.environ, GLOG_v="3"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            target = min(5, done + chooser.randint(1, 2))
+            if wait_for_rows(log_dir, target, proc, time.monotonic() + 300):
+                time.sleep(chooser.uniform(0.0, 0.05))  # a step (rollout, update, save) takes about 40 ms here
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+        finally:
+            proc.wait()
+        newest = newest_checkpoint(s["actor_config.save"])
+        if newest:  # whatever was killed, the newest sealed checkpoint is complete and finite
+            from mindrl.trainer import checkpoint as ck
+            ck.verify(newest)
+    res = cli(resume_settings(workdir, run))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert_same_trajectory(workdir, run, uninterrupted)
+
+
+KILL_IN_SAVE = """
+import os, signal, sys
+import mindrl.trainer.roles.base as base
+real, calls = base.export_hf, []
+def export_then_die(full, *args, **kw):
+    real(full, *args, **kw)           # the weights of checkpoint 3 are on disk, its optimizer and manifest are not
+    calls.append(1)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+base.export_hf = export_then_die
+from mindrl.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_in_the_middle_of_a_save_leaves_the_previous_checkpoint_newest(workdir, uninterrupted):
+    run = "killed_in_save"
+    s = settings(workdir, run)
+    proc = subprocess.run([sys.executable, "-c", KILL_IN_SAVE] + train_cmd(s)[3:], cwd=ROOT,
+                          env=dict(os.environ, GLOG_v="3"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    root = workdir / run / "ckpt"
+    assert newest_checkpoint(root).endswith("iter_0000002")
+    assert not (root / "iter_0000003").exists() and (root / ".iter_0000003.tmp-ranks").exists()
+    res = cli(resume_settings(workdir, run))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert ".iter_0000003.tmp-ranks: a save that did not finish" in res.stderr
+    assert not (root / ".iter_0000003.tmp-ranks").exists()
+    assert_same_trajectory(workdir, run, uninterrupted)
+
+
+# -- disks that cannot take a checkpoint ------------------------------------------------------------------------
+def _namespaces_work():
+    try:
+        return subprocess.run(["unshare", "-rm", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+needs_mounts = pytest.mark.skipif(not _namespaces_work(),
+                                  reason="needs `unshare -rm` (a private mount namespace) to mount a small tmpfs")
+
+
+def in_tmpfs(mount, options, then=""):
+    """A command prefix that runs the rest inside a private mount namespace with a tmpfs at ``mount``, then runs
+    the shell code ``then`` in the same namespace (the tmpfs vanishes with it) and exits with the command's status."""
+    mount.mkdir(parents=True, exist_ok=True)
+    script = f'mount -t tmpfs -o {options} tmpfs "{mount}" || exit 99; "$@"; rc=$?; {then or ":"}; exit $rc'
+    return ["unshare", "-rm", "sh", "-c", script, "sh"]
+
+
+def checkpoint_bytes_on_tmpfs(checkpoint):
+    """What a checkpoint directory takes on a tmpfs: every file rounded up to 4 KiB pages."""
+    return sum(-(-os.path.getsize(os.path.join(d, f)) // 4096) * 4096
+               for d, _, names in os.walk(checkpoint) for f in names)
+
+
+@needs_mounts
+@pytest.mark.parametrize("case", ["read-only", "too small"])
+def test_an_unusable_save_directory_is_refused_before_anything_runs(workdir, tmp_path, case):
+    mount = tmp_path / "disk"
+    options = "size=4m,ro" if case == "read-only" else "size=16k"
+    s = settings(workdir, "unusable", **{"actor_config.save": str(mount / "ckpt")})
+    res = cli(s, timeout=120, prefix=in_tmpfs(mount, options))
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert lines[0] == "mindrl: config error:" and len(lines) == 2, res.stderr
+    assert lines[1].startswith(f"{CONFIG}: actor_config.save: {mount / 'ckpt'}")
+    assert ("not writable" in lines[1] and "Read-only file system" in lines[1]) if case == "read-only" else \
+        ("MiB free on its filesystem, but one checkpoint of this run takes" in lines[1])
+
+
+@needs_mounts
+@pytest.mark.slow
+def test_a_disk_that_fills_up_mid_run_keeps_the_last_checkpoint(workdir, saved, tmp_path):
+    """Room for one checkpoint and a half: the first save fits, the second runs out of space. The run stops with
+    exit status 1 naming the file and the newest checkpoint; nothing half-written is left; that checkpoint loads."""
+    mount = tmp_path / "disk"
+    size = checkpoint_bytes_on_tmpfs(saved / "iter_0000001") * 3 // 2 + 8192
+    s = settings(workdir, "full", **{"actor_config.save": str(mount / "ckpt"), "rl_config.train_iters": 3})
+    listing = tmp_path / "listing"
+    then = (f'ls -a "{mount}/ckpt" > "{listing}"; "{sys.executable}" -c "from mindrl.trainer import checkpoint as c; '
+            f'c.verify(\'{mount}/ckpt/iter_0000001\')" && echo verified >> "{listing}"')
+    prefix = in_tmpfs(mount, f"size={size}", then)
+    res = cli(s, timeout=600, prefix=prefix)
+    assert res.returncode == 1, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("mindrl train: error: writing checkpoint 2 failed: No space left on device (") and \
+        str(mount / "ckpt") in last and f"newest complete checkpoint is still {mount / 'ckpt' / 'iter_0000001'}" in last
+    seen = listing.read_text().split()
+    assert sorted(x for x in seen if x not in (".", "..")) == \
+        ["iter_0000001", "latest_checkpointed_iteration.txt", "verified"], seen
+
+
+# -- inputs that do not fit the model ------------------------------------------------------------------------------
+def small_vocab_policy(d):
+    """The workdir's policy architecture with a vocabulary of 100 (the tiny tokenizer has 192 pieces)."""
+    from mindrl.models.config import ModelConfig
+    from mindrl.models.lm import PretrainedLM, build_network
+    out = d / "policy_v100"
+    if not out.exists():
+        cfg = ModelConfig(model_type="qwen2", vocab_size=100, hidden_size=32, intermediate_size=64, num_layers=1,
+                          num_heads=4, n_kv_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
+                          qkv_bias=True, eos_token_id=2, pad_token_id=0).validate()
+        PretrainedLM(build_network(cfg, seed=3), cfg).save_pretrained(str(out))
+    return out
+
+
+def foreign_ids_mindrecord(d):
+    """Prompts tokenized by some other tokenizer: row 3 holds id 4000."""
+    from mindspore.mindrecord import FileWriter
+    path = d / "foreign.mindrecord"
+    if not path.exists():
+        w = FileWriter(str(path), 1, overwrite=True)
+        w.add_schema({"prompt_ids": {"type": "int32", "shape": [-1]}, "labels": {"type": "string"}}, "prompts")
+        rows_ = [{"prompt_ids": np.array([5, 6, 7 + i] + ([4000] if i == 3 else []), np.int32), "labels": "1"}
+                 for i in range(64)]
+        w.write_raw_data(rows_)
+        w.commit()
+    return path
+
+
+@pytest.mark.parametrize("case", ["tokenizer", "data ids", "context", "long prompt"])
+def test_inputs_that_do_not_fit_the_model_are_refused_naming_the_key(workdir, case):
+    if case == "tokenizer":
+        p = small_vocab_policy(workdir)
+        over, key, fragment = {"actor_config.model": str(p), "actor_config.load": str(p)}, \
+            "actor_config.tokenizer_name_or_path", "the tokenizer has 192 tokens but the model"
+    elif case == "data ids":
+        over, key, fragment = {"data.path": str(foreign_ids_mindrecord(workdir))}, "data.path", \
+            "row 3 holds token id 4000, beyond the model's vocab_size 192"
+    elif case == "context":
+        over, key, fragment = {"generate_config.max_tokens": 60}, \
+            "generate_config.max_prompt_length + generate_config.max_tokens", "= 76 tokens exceed the model's context"
+    else:
+        over, key, fragment = {"generate_config.max_prompt_length": 8}, "data.path", \
+            "-token prompt, longer than generate_config.max_prompt_length=8"
+    res = cli(settings(workdir, "mismatch", **{"actor_config.save": "null", "actor_config.save_interval": 0, **over}),
+              timeout=120)
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert lines[0] == "mindrl: config error:" and len(lines) == 2, res.stderr
+    assert lines[1].startswith(f"{CONFIG}: {key}: ") and fragment in lines[1], lines[1]
+
+
+# -- a killed msrun worker --------------------------------------------------------------------------------------
+LAUNCHER = os.path.join(ROOT, "scripts", "msrun_launch.sh")
+
+
+def msrun_train(s, tag, log_dir):
+    """The launcher running `mindrl train` on 2 local workers (a Popen); ``tag`` marks the job's processes."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, MASTER_PORT=str(port), LOG_DIR=str(log_dir), WORKERS_PER_NODE="2", NNODES="1",
+               NODE_RANK="0", QUIET="1", GLOG_v="3", MINDRL_FAULT_TEST=tag)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return subprocess.Popen(["bash", LAUNCHER, "python"] + train_cmd(s)[1:], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def job_processes(tag, rank=None):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if f"MINDRL_FAULT_TEST={tag}".encode() in env and \
+                (rank is None or f"RANK_ID={rank}".encode() in env and b"MS_ROLE=MS_WORKER" in env):
+            found.append(int(pid))
+    return found
+
+
+def msrun_settings(workdir, run):
+    # 2 ranks: rollout dp 2, train dp 2 (one micro-batch of 8 per rank per update)
+    return settings(workdir, run, **{"rl_config.train_iters": 5})
+
+
+@pytest.mark.msrun
+@pytest.mark.slow
+def test_kill_9_of_an_msrun_worker_resumes_the_same_trajectory(workdir):
+    ref = msrun_settings(workdir, "msrun_ref")
+    proc = msrun_train(ref, "ref", workdir / "msrun_ref" / "msrun")
+    assert proc.wait(900) == 0, proc.stderr.read()[-3000:]
+
+    run, chooser = "msrun_killed", random.Random(5)
+    s = msrun_settings(workdir, run)
+    proc = msrun_train(s, "killed", workdir / run / "msrun")
+    try:
+        assert wait_for_rows(workdir / run / "logs", chooser.randint(2, 3), proc, time.monotonic() + 600)
+        time.sleep(chooser.uniform(0.0, 0.1))
+        workers = job_processes("killed", rank=1)
+        assert workers, "rank 1's worker was not found"
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        rc = proc.wait(60)  # the launcher sees the lost rank and stops the job
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc != 0 and not job_processes("killed"), rc
+    newest = newest_checkpoint(s["actor_config.save"])
+    assert newest is not None
+    from mindrl.trainer import checkpoint as ck
+    ck.verify(newest)
+    s.update({"actor_config.load": s["actor_config.save"], "actor_config.finetune": "false"})
+    proc = msrun_train(s, "resumed", workdir / run / "msrun2")
+    assert proc.wait(900) == 0, proc.stderr.read()[-3000:]
+    got = [r for r in rows(workdir / run / "logs") if "timing/all" in r]
+    want = [r for r in rows(workdir / "msrun_ref" / "logs") if "timing/all" in r]
+    assert [r["step"] for r in got] == [1, 2, 3, 4, 5]
+    for a, b in zip(want, got):
+        for key in TRAJECTORY:
+            assert a[key] == b[key], (a["step"], key)
+    a = policy_tensors(workdir / "msrun_ref" / "ckpt" / "iter_0000005" / "policy")
+    b = policy_tensors(workdir / run / "ckpt" / "iter_0000005" / "policy")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+# -- memory over a long run ----------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_resident_memory_stays_flat_over_300_steps(workdir):
+    """300 steps with saves, pruning and evaluations: after the warm-up, resident memory grows by less than 24 MiB
+    (a leak of one batch's tensors per step would pass that within a few dozen steps)."""
+    s = settings(workdir, "soak", **{"rl_config.train_iters": 300, "actor_config.save_interval": 50,
+                                     "actor_config.keep_last": 2, "eval.path": str(workdir / "heldout.mindrecord"),
+                                     "eval.interval": 50})
+    res = cli(s, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rss = {r["step"]: r["memory/rss_gb"] for r in rows(s["logging.log_dir"]) if "memory/rss_gb" in r}
+    assert sorted(rss) == list(range(1, 301))
+    settled = rss[30]
+    growth_mib = (max(rss[k] for k in range(30, 301)) - settled) * 1024
+    print(f"rss at step 30: {settled * 1024:.0f} MiB; largest growth after it: {growth_mib:.1f} MiB")
+    assert growth_mib < 24, {k: round(v * 1024, 1) for k, v in rss.items() if k % 30 == 0}
