@@ -19,12 +19,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import common
+
+ROOT = common.ROOT
 REWARD_SRC = '''
 def bench_reward(text):
     """Share of completion tokens that contain the digit 7: dense, cheap, the same on both sides."""
@@ -34,27 +35,7 @@ def bench_reward(text):
 
 
 def make_assets(d, a):
-    import numpy as np
-    import torch
-    import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    vocab = {f"t{i}": i for i in range(a.vocab)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=f"t{a.vocab - 1}",
-                                                pad_token="t0", unk_token="t0")
-    fast.save_pretrained(os.path.join(d, "tok"))
-    torch.manual_seed(0)
-    cfg = transformers.Qwen2Config(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ffn,
-                                   num_hidden_layers=a.layers, num_attention_heads=a.heads,
-                                   num_key_value_heads=a.kv_heads, max_position_embeddings=1024,
-                                   tie_word_embeddings=False, eos_token_id=a.vocab - 1, pad_token_id=0)
-    transformers.Qwen2ForCausalLM(cfg).save_pretrained(os.path.join(d, "model"))
-    rng = np.random.default_rng(0)
-    rows = [" ".join(f"t{x}" for x in rng.integers(1, a.vocab - 1, size=a.prompt_len)) for _ in range(256)]
-    with open(os.path.join(d, "prompts.jsonl"), "w") as fh:
-        for r in rows:
-            fh.write(json.dumps({"prompt": r, "labels": "0"}) + "\n")
+    common.make_assets(d, a)
     with open(os.path.join(d, "reward.py"), "w") as fh:
         fh.write("from mindrl.rewards import register_reward\n" + REWARD_SRC +
                  "\n@register_reward('bench')\ndef bench(response, label):\n    return bench_reward(response)\n")
@@ -62,11 +43,7 @@ def make_assets(d, a):
 
 def run_mindrl(d, a):
     from mindrl.config import load_train_config
-    from mindrl.data.preprocess import cli_main
-    rc = cli_main(["--config", os.path.join(ROOT, "configs", "datasets", "tiny_math.yaml"),
-                   f"input={d}/prompts.jsonl", f"output_prefix={d}/prompts", "tokenizer_type=HuggingFaceTokenizer",
-                   f"tokenizer_name_or_path={d}/tok", f"max_prompt_length={a.prompt_len}", "--overwrite"])
-    assert rc == 0
+    common.preprocess_prompts(d, a)
     over = {"rl_config.train_iters": a.steps, "rl_config.global_batch_size": 2, "rl_config.n_samples_per_prompt": 8,
             "rl_config.mini_batch_size": 16, "rl_config.micro_batch_size": 16, "rl_config.dynamic_sampling": "false",
             "rl_config.verifier_function": "[bench]", "rl_config.verifier_weight": "[1.0]",
@@ -128,41 +105,18 @@ def run_trl(d, a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--ffn", type=int, default=1408)
-    ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--prompt-len", type=int, default=64)
-    ap.add_argument("--new-tokens", type=int, default=128)
+    common.add_model_args(ap)
     ap.add_argument("--steps", type=int, default=6, help="steps per side; the first 2 are warm-up")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="tiny model and lengths: a smoke run")
-    ap.add_argument("--side", choices=["mindrl", "trl"], help=argparse.SUPPRESS)
-    ap.add_argument("--dir", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.quick:
-        a.layers, a.hidden, a.heads, a.kv_heads, a.ffn, a.vocab = 2, 64, 4, 2, 128, 512
-        a.prompt_len, a.new_tokens, a.steps = 16, 16, 4
+    common.apply_quick(a, steps=4)
     if a.side:
         times, split = (run_mindrl if a.side == "mindrl" else run_trl)(a.dir, a)
         print("RESULT " + json.dumps({"times": times, "split": split}), flush=True)
         return
     d = tempfile.mkdtemp(prefix="bench_grpo_")
     make_assets(d, a)
-    results = {}
-    for side in ("mindrl", "trl"):
-        cmd = [sys.executable, __file__, "--side", side, "--dir", d] + [x for x in sys.argv[1:] if x != "--quick"]
-        if a.quick:
-            cmd += ["--quick"]
-        env = dict(os.environ, GLOG_v="3", OMP_NUM_THREADS=str(a.threads))
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-        if out.returncode or not line:
-            print(out.stdout[-3000:], out.stderr[-3000:], file=sys.stderr)
-            raise SystemExit(f"{side} side failed")
-        results[side] = json.loads(line[0][7:])
+    args = [x for x in sys.argv[1:]]
+    results = {side: common.run_side(sys.executable, __file__, side, d, args, a.threads) for side in ("mindrl", "trl")}
     tokens = (a.prompt_len + a.new_tokens) * 2 * 8  # MindSpeed-RL e2e_tps numerator, world_size 1
     print(f"\nGRPO step, model L{a.layers} H{a.hidden} GQA {a.heads}/{a.kv_heads} V{a.vocab}, "
           f"2 prompts x 8 samples, {a.prompt_len}+{a.new_tokens} tokens, {a.threads} threads")
