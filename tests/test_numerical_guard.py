@@ -47,7 +47,7 @@ def test_huge_learning_rate_skips_updates_and_stops(workdir):
     weights, moments = t.policy.state_dict(), optimizer_state(t.policy.updater)
     second = t.train_step()                      # the exploded weights give a non-finite loss: skipped
     assert not np.isfinite(second["actor/grad_norm"]) and second["train/skipped_updates"] == 1
-    assert t.bad_steps == 1
+    assert t.guard.bad_steps == 1
     after = t.policy.state_dict()
     assert all(np.array_equal(weights[k], after[k]) for k in weights)  # weights untouched
     assert all(np.array_equal(v, optimizer_state(t.policy.updater)[k]) for k, v in moments.items())

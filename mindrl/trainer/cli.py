@@ -57,7 +57,7 @@ def train_main(argv) -> int:
     _setup_logging()
     if cfg.runtime.only_save_strategy:
         return _export_strategy(cfg)
-    from mindrl.trainer.checkpointing import SaveFailed
+    from mindrl.trainer.checkpointer import SaveFailed
     from mindrl.trainer.loop import RLTrainer, TrainingDiverged
     trainer = _build(cfg)
     if trainer is None:

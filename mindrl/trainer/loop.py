@@ -17,20 +17,17 @@ import time
 import numpy as np
 
 from mindrl.config import TrainConfig
+from mindrl.trainer.guard import NumericalGuard, TrainingDiverged  # noqa: F401 (TrainingDiverged: callers' name)
 from mindrl.trainer.metrics import Timers, memory_metrics, rollout_metrics, throughput
 
 log = logging.getLogger("mindrl.train")
-
-
-class TrainingDiverged(RuntimeError):
-    """Too many consecutive steps with non-finite rewards, losses or gradients."""
 
 
 class RLTrainer:
     def __init__(self, cfg: TrainConfig, reward_funcs=None):
         from mindrl.algorithms import get_advantage_estimator, make_kl_controller
         from mindrl.rewards.computer import build_reward_computer
-        from mindrl.trainer.checkpointing import Checkpointer
+        from mindrl.trainer.checkpointer import Checkpointer, restore_run_state
         from mindrl.trainer.context import RunContext
         from mindrl.trainer.evaluation import Evaluator
         from mindrl.trainer.experience_maker import ExperienceMaker
@@ -53,8 +50,8 @@ class RLTrainer:
         self.evaluate = Evaluator(run, self.policy, self.rewards, self.maker.sampling.stop_token_ids)
         self.checkpointer = Checkpointer(run, [r for r in (self.policy, self.critic) if r is not None])
         self.step = 0
-        self.bad_steps = 0  # consecutive steps with a non-finite reward, loss or gradient
-        self._restore(self.checkpointer.resume())
+        self.guard = NumericalGuard(rl.max_bad_steps, run.topo.is_main)
+        restore_run_state(self, self.checkpointer.resume())
         self.policy.reshard()  # the infer model starts from the loaded (or resumed) train weights
         if run.static_shapes:
             self.compile_all()
@@ -86,34 +83,12 @@ class RLTrainer:
         metrics["train/skipped_updates"] = self._skipped() - skipped_before
         metrics.update(memory_metrics())
         self.step += 1
-        self._guard(metrics, reward_ok)
+        self.guard.check(self.step, metrics, reward_ok,
+                         self.checkpointer.newest if self.cfg.actor_config.save else None)
         return metrics
 
     def _skipped(self) -> int:
         return sum(r.updater.skipped for r in (self.policy, self.critic) if r is not None)
-
-    def _guard(self, metrics: dict, reward_ok: bool) -> None:
-        """Count steps whose reward, loss or gradient norm was not finite (their updates were skipped, so weights
-        and optimizer state are unchanged); stop the run after rl_config.max_bad_steps of them in a row."""
-        bad = [] if reward_ok else ["reward (critic/score/mean)"]
-        bad += sorted(k for k, v in metrics.items() if k.split("/")[0] in ("actor", "critic")
-                      and k != "critic/score/mean" and isinstance(v, float) and not np.isfinite(v))
-        if not bad:
-            self.bad_steps = 0
-            return
-        self.bad_steps += 1
-        limit = self.cfg.rl_config.max_bad_steps
-        if self.run.topo.is_main:
-            log.warning("step %d: non-finite %s; its updates were skipped (weights and optimizer state unchanged), "
-                        "%d such step(s) in a row of rl_config.max_bad_steps=%d", self.step, ", ".join(bad),
-                        self.bad_steps, limit)
-        if self.bad_steps >= limit:
-            newest = self.checkpointer.newest() if self.cfg.actor_config.save else None
-            raise TrainingDiverged(
-                f"{self.bad_steps} steps in a row had a non-finite {', '.join(bad)} (rl_config.max_bad_steps="
-                f"{limit}); stopping at step {self.step}. Weights were not updated by those steps"
-                + (f"; the newest checkpoint is {newest}" if newest else "")
-                + ". Lower the learning rate (actor_config.lr), check the reward function, or raise clip_grad.")
 
     def compute_advantages(self, exp) -> dict:
         """Token rewards (the score on each response's last token, minus the KL penalty when KL is in the reward),
@@ -155,33 +130,9 @@ class RLTrainer:
         return out.close()
 
     def save(self) -> str:
-        for role in (self.policy, self.critic):
-            bad = role.non_finite() if role is not None else []
-            if bad:  # never written: a checkpoint with NaN would resume into NaN and could prune good ones
-                raise TrainingDiverged(f"step {self.step}: the {role.name}'s {bad[0]} (and {len(bad) - 1} more) "
-                                       f"hold non-finite values; no checkpoint was written")
-        state = {"step": self.step, **self.maker.state_dict(),
-                 "rng": {"seed": self.run.seed, "sampler": "numpy PCG64 seeded from (seed, draw, replica)"},
-                 "layout": {name: [lay.dp, lay.tp] for name, lay in self.run.topo.layouts.items()},
-                 "config_fingerprint": self.cfg.fingerprint()}
-        if self.kl_ctrl is not None:
-            state["kl_ctrl"] = self.kl_ctrl.state_dict()
-        if self.policy.ptx is not None:
-            state["ptx_data"] = self.policy.ptx.state_dict()
-        return self.checkpointer.save(self.step, state)
-
-    def _restore(self, state) -> None:
-        if state is None:
-            return
-        actor = self.cfg.actor_config
-        self.step = int(state["step"])
-        self.maker.load_state_dict(state)
-        if self.kl_ctrl is not None and "kl_ctrl" in state:
-            self.kl_ctrl.load_state_dict(state["kl_ctrl"])
-        if self.policy.ptx is not None and "ptx_data" in state:
-            self.policy.ptx.load_state_dict(state["ptx_data"])
-        if not actor.no_load_rng and state.get("rng", {}).get("seed") is not None:
-            self.cfg.runtime.seed = int(state["rng"]["seed"])
+        from mindrl.trainer.checkpointer import run_state
+        NumericalGuard.refuse_non_finite([r for r in (self.policy, self.critic) if r is not None], self.step)
+        return self.checkpointer.save(self.step, run_state(self))
 
     def roles(self):
         return [r for r in (self.policy, self.reference, self.critic, self.reward_model) if r is not None]

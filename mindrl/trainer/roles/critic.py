@@ -35,7 +35,7 @@ class Critic(TrainedRole):
     def __init__(self, run):
         from mindrl.models.config import load_model_config
         from mindrl.models.weights import TensorSource, load_into, weights_path
-        from mindrl.trainer.critic import CriticLossCell
+        from mindrl.trainer.critic_graphs import CriticLossCell
         from mindrl.trainer.updater import Updater
         cfg = run.cfg
         cc, rl = cfg.critic_config, cfg.rl_config

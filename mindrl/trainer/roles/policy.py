@@ -22,7 +22,7 @@ class Policy(TrainedRole):
         from mindrl.algorithms.losses import ActorLoss
         from mindrl.parallel.reshard import Resharder
         from mindrl.rollout.generator import Generator
-        from mindrl.trainer.actor import ActorLossCell
+        from mindrl.trainer.actor_graphs import ActorLossCell
         from mindrl.trainer.updater import Updater
         cfg, topo = run.cfg, run.topo
         actor, rl, gen = cfg.actor_config, cfg.rl_config, cfg.generate_config

@@ -17,7 +17,7 @@ class Reference:
 
     def __init__(self, run):
         from mindrl.models.config import load_model_config
-        from mindrl.trainer.actor import ResponseLogProbs
+        from mindrl.trainer.actor_graphs import ResponseLogProbs
         cfg = run.cfg
         self.run, self.layout = run, run.topo.train
         config = load_model_config(cfg.ref.model)

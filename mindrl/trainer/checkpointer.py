@@ -72,3 +72,30 @@ class Checkpointer:
                 role.load_optimizer(directory)
         log.info("resumed from %s at step %d", directory, int(state["step"]))
         return state
+
+
+def run_state(trainer) -> dict:
+    """What besides the weights a resumed run needs to repeat the uninterrupted one (trainer_state.json)."""
+    state = {"step": trainer.step, **trainer.maker.state_dict(),
+             "rng": {"seed": trainer.run.seed, "sampler": "numpy PCG64 seeded from (seed, draw, replica)"},
+             "layout": {name: [lay.dp, lay.tp] for name, lay in trainer.run.topo.layouts.items()},
+             "config_fingerprint": trainer.cfg.fingerprint()}
+    if trainer.kl_ctrl is not None:
+        state["kl_ctrl"] = trainer.kl_ctrl.state_dict()
+    if trainer.policy.ptx is not None:
+        state["ptx_data"] = trainer.policy.ptx.state_dict()
+    return state
+
+
+def restore_run_state(trainer, state: Optional[dict]) -> None:
+    """The inverse of :func:`run_state` (the optimizers were restored by :meth:`Checkpointer.resume`)."""
+    if state is None:
+        return
+    trainer.step = int(state["step"])
+    trainer.maker.load_state_dict(state)
+    if trainer.kl_ctrl is not None and "kl_ctrl" in state:
+        trainer.kl_ctrl.load_state_dict(state["kl_ctrl"])
+    if trainer.policy.ptx is not None and "ptx_data" in state:
+        trainer.policy.ptx.load_state_dict(state["ptx_data"])
+    if not trainer.cfg.actor_config.no_load_rng and state.get("rng", {}).get("seed") is not None:
+        trainer.cfg.runtime.seed = int(state["rng"]["seed"])
