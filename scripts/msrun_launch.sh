@@ -6,7 +6,9 @@
 #
 # Environment (defaults in brackets):
 #   NNODES [1]            number of machines
-#   WORKERS_PER_NODE [2]  processes on this machine; world size = NNODES * WORKERS_PER_NODE
+#   WORKERS_PER_NODE [2]  processes on this machine; world size = NNODES * WORKERS_PER_NODE.
+#                         NPUS_PER_NODE and GPUS_PER_NODE (MindSpeed-RL's names) mean the same; when
+#                         several are set they must agree (otherwise exit 2)
 #   MASTER_ADDR [127.0.0.1]  address of node 0 (where msrun runs the scheduler)
 #   MASTER_PORT [8118]    scheduler port on node 0
 #   NODE_RANK [0]         this machine's index; its workers get ranks NODE_RANK*WORKERS_PER_NODE + i
@@ -16,19 +18,79 @@
 #                         empty: only worker exits are watched
 #   POLL_INTERVAL [0.5]   seconds between checks;  KILL_GRACE [2]: seconds between SIGTERM and SIGKILL
 #   TAIL_LINES [20]       lines of the failing worker's log to print;  QUIET [0]: 1 = don't echo msrun's output
+#   STOP_WITH_PARENT [1]  1: stop the job when the process that started the launcher exits (a killed wrapper
+#                         script); off by itself under nohup or setsid. 0: never
 #
 # Why not plain msrun: when one rank raises while the others wait in a collective, msrun only notices
 # after the cluster heartbeat times out (~39 s on our machines) and does not say which rank failed.
 # Here the worker logs are polled: at the first Python traceback (or a worker that msrun reports as
-# exited with an error) the rank and the end of its log are printed, msrun, its scheduler and every
-# worker (each worker runs in its own session, msrun starts them with setsid) are killed, and the
-# launcher exits 1 within a few seconds. Exit status: 0 on success, 1 for a failed rank, otherwise
-# msrun's own status (130 on Ctrl-C).
+# exited with an error) the rank and the end of its log are printed, every process of the job is
+# stopped and the launcher exits 1 within a few seconds. Exit status: 0 on success, 1 for a failed
+# rank, 2 for bad settings, 128+N after signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP or a parent
+# that exited), otherwise msrun's own status.
+#
+# No orphans: msrun and everything it starts carry MINDRL_LAUNCH_JOB=<id> in their environment, and
+# "stop the job" means SIGTERM to every such process, SIGKILL after KILL_GRACE. That happens on a
+# failed rank, on SIGTERM/SIGINT/SIGHUP to the launcher, and when the launcher's parent exits. If the
+# launcher itself is killed with SIGKILL, a watchdog (this script in its own session) stops the job
+# within about a second, and msrun gets SIGINT from the kernel at once (setpriv --pdeathsig), on which
+# it kills its workers. See docs/parallel.md for what this does not cover.
 #
 # Multi-node: run the same command on every machine with its own NODE_RANK and MASTER_ADDR set to
 # node 0's address. Only ranks on this machine are watched; a failure on another machine shows up
 # here when msrun gives up on the cluster.
 set -uo pipefail
+
+KILL_GRACE="${KILL_GRACE:-2}"
+POLL_INTERVAL="${POLL_INTERVAL:-0.5}"
+JOB_VAR=MINDRL_LAUNCH_JOB   # the environment variable that marks every process of one job
+
+proc_stat() {  # PID: PSTAT=(fields of /proc/PID/stat after the command name: state ppid pgrp session ...)
+  local line
+  PSTAT=()
+  read -r line 2>/dev/null <"/proc/$1/stat" || return 1
+  read -r -a PSTAT <<<"${line##*) }"
+}
+
+job_pids() {  # TAG: live processes whose environment holds JOB_VAR=TAG (msrun and all it started)
+  local f pid
+  for f in $(grep -lzxF -- "$JOB_VAR=$1" /proc/[0-9]*/environ 2>/dev/null); do
+    pid=${f#/proc/}
+    pid=${pid%/environ}
+    [ "$pid" != "$BASHPID" ] && echo "$pid"
+  done
+}
+
+stop_job() {  # TAG [LEADER]: SIGTERM to every process of the job (and LEADER's group), SIGKILL after KILL_GRACE
+  local tag="$1" leader="${2:-}" sig pids waited
+  for sig in TERM KILL; do
+    [ -n "$leader" ] && { kill -s "$sig" -- "-$leader" 2>/dev/null || kill -s "$sig" "$leader" 2>/dev/null; }
+    pids=$(job_pids "$tag")
+    # shellcheck disable=SC2086
+    [ -n "$pids" ] && kill -s "$sig" $pids 2>/dev/null
+    [ "$sig" = KILL ] && return
+    for ((waited = 0; waited < KILL_GRACE * 10; waited++)); do
+      if [ -z "$(job_pids "$tag")" ] && { [ -z "$leader" ] || ! proc_stat "$leader" || [ "${PSTAT[0]}" = Z ]; }; then
+        return
+      fi
+      sleep 0.1
+    done
+  done
+}
+
+watchdog() {  # LAUNCHER_PID LAUNCHER_START TAG LOG: when the launcher is gone (even SIGKILL), stop its job
+  trap '' INT HUP  # in its own session; only a signal sent to it by pid reaches it
+  while proc_stat "$1" && [ "${PSTAT[0]}" != Z ] && [ "${PSTAT[19]}" = "$2" ]; do sleep "$POLL_INTERVAL"; done
+  if [ -n "$(job_pids "$3")" ]; then
+    echo "msrun_launch: the launcher (pid $1) is gone; its watchdog is stopping the job" >>"$4"
+    stop_job "$3"
+  fi
+}
+
+if [ "${1:-}" = --watchdog ]; then  # internal: started by the launcher below
+  watchdog "$2" "$3" "$4" "$5"
+  exit 0
+fi
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "$#" -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
@@ -36,27 +98,41 @@ if [ "$#" -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
   [ "$#" -lt 1 ] && exit 2 || exit 0
 fi
 
+say() { echo "msrun_launch: $*" >&2; }
+die() { say "$*"; exit 2; }
+
+# MindSpeed-RL's scripts say NPUS_PER_NODE (GPUS_PER_NODE elsewhere); all three name the same number
+per_node=""
+per_node_from=""
+for var in WORKERS_PER_NODE NPUS_PER_NODE GPUS_PER_NODE; do
+  [ -n "${!var:-}" ] || continue
+  [[ "${!var}" =~ ^[0-9]+$ ]] || die "$var must be a non-negative integer, got '${!var}'"
+  if [ -z "$per_node_from" ]; then
+    per_node=${!var}
+    per_node_from=$var
+  elif [ $((10#${!var})) -ne $((10#$per_node)) ]; then
+    die "$per_node_from=$per_node and $var=${!var} disagree; set only one of them"
+  fi
+done
+
 NNODES="${NNODES:-1}"
-WORKERS_PER_NODE="${WORKERS_PER_NODE:-2}"
+WORKERS_PER_NODE="${per_node:-2}"
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 MASTER_PORT="${MASTER_PORT:-8118}"
 NODE_RANK="${NODE_RANK:-0}"
 LOG_DIR="${LOG_DIR:-./log_dir}"
 MSRUN_EXTRA_ARGS="${MSRUN_EXTRA_ARGS:-}"
 FAIL_PATTERN="${FAIL_PATTERN-^Traceback \(most recent call last\):}"
-POLL_INTERVAL="${POLL_INTERVAL:-0.5}"
-KILL_GRACE="${KILL_GRACE:-2}"
 TAIL_LINES="${TAIL_LINES:-20}"
 QUIET="${QUIET:-0}"
+STOP_WITH_PARENT="${STOP_WITH_PARENT:-1}"
 
-say() { echo "msrun_launch: $*" >&2; }
-die() { say "$*"; exit 2; }
-
-for var in NNODES WORKERS_PER_NODE MASTER_PORT NODE_RANK TAIL_LINES; do
+for var in NNODES WORKERS_PER_NODE MASTER_PORT NODE_RANK TAIL_LINES KILL_GRACE; do
   [[ "${!var}" =~ ^[0-9]+$ ]] || die "$var must be a non-negative integer, got '${!var}'"
 done
 [ "$NNODES" -ge 1 ] && [ "$WORKERS_PER_NODE" -ge 1 ] || die "NNODES and WORKERS_PER_NODE must be >= 1"
 [ "$NODE_RANK" -lt "$NNODES" ] || die "NODE_RANK=$NODE_RANK must be < NNODES=$NNODES"
+[[ "$STOP_WITH_PARENT" =~ ^[01]$ ]] || die "STOP_WITH_PARENT must be 0 or 1, got '$STOP_WITH_PARENT'"
 
 if [ -f "$ROOT/.venv/bin/activate" ]; then
   # shellcheck disable=SC1091
@@ -74,6 +150,15 @@ for r in $LOCAL_RANKS; do rm -f "$LOG_DIR/worker_$r.log"; done
 rm -f "$MSRUN_LOG"
 [ "$NODE_RANK" = 0 ] && rm -f "$LOG_DIR/scheduler.log"
 
+# Watch the parent only when the launcher was not detached on purpose: nohup ignores SIGHUP (bit 0 of
+# SigIgn), setsid makes the launcher a session leader, and a parent that is init is already gone.
+proc_stat $$
+PARENT_PID=${PSTAT[1]}
+LAUNCHER_START=${PSTAT[19]}
+WATCH_PARENT=$STOP_WITH_PARENT
+sig_ignored=$(sed -n 's/^SigIgn:[[:space:]]*//p' "/proc/$$/status")
+if (( 0x${sig_ignored:-0} & 1 )) || [ "${PSTAT[3]}" = $$ ] || [ "$PARENT_PID" -le 1 ]; then WATCH_PARENT=0; fi
+
 # shellcheck disable=SC2086
 set -- --worker_num="$WORLD" --local_worker_num="$WORKERS_PER_NODE" --master_addr="$MASTER_ADDR" \
   --master_port="$MASTER_PORT" --node_rank="$NODE_RANK" --log_dir="$LOG_DIR" --join=True \
@@ -81,24 +166,49 @@ set -- --worker_num="$WORLD" --local_worker_num="$WORKERS_PER_NODE" --master_add
 say "world size $WORLD (node $NODE_RANK of $NNODES, ranks $FIRST_RANK..$((FIRST_RANK + WORKERS_PER_NODE - 1))), scheduler $MASTER_ADDR:$MASTER_PORT, logs in $LOG_DIR"
 say "msrun $*"
 
-# msrun gets its own session so that one signal reaches it, its scheduler and its log tails
-setsid msrun "$@" >"$MSRUN_LOG" 2>&1 </dev/null &
-MSRUN_PID=$!
-MSRUN_PGID=$(ps -o pgid= -p "$MSRUN_PID" 2>/dev/null | tr -d ' ')
-[ -n "$MSRUN_PGID" ] || MSRUN_PGID=$MSRUN_PID
+declare -A WORKER_PID=()   # rank -> pid of the worker (a session leader: its group holds its children)
+MSRUN_PID=""
 ECHO_PID=""
+JOB_TAG="$$.$LAUNCHER_START.$RANDOM$RANDOM"
+
+alive() {  # process exists and is not a zombie
+  proc_stat "$1" && [ "${PSTAT[0]}" != Z ]
+}
+
+kill_job() {
+  local leader=""
+  # msrun leads its own session (setsid); its group is signalled too, but never a group that is not its own
+  [ -n "$MSRUN_PID" ] && proc_stat "$MSRUN_PID" && [ "${PSTAT[2]}" = "$MSRUN_PID" ] && leader=$MSRUN_PID
+  stop_job "$JOB_TAG" "$leader"
+  # our child, so its pid cannot have been reused: this catches an msrun killed before it carried the tag
+  [ -n "$MSRUN_PID" ] && { kill -s KILL "$MSRUN_PID" 2>/dev/null; wait "$MSRUN_PID" 2>/dev/null; }
+  [ -n "$ECHO_PID" ] && kill "$ECHO_PID" 2>/dev/null && wait "$ECHO_PID" 2>/dev/null
+}
+
+stop_and_exit() {  # WHY STATUS
+  trap '' INT TERM HUP  # a second Ctrl-C must not interrupt the cleanup
+  say "$1: stopping the job"
+  kill_job
+  exit "$2"
+}
+trap 'stop_and_exit "interrupted by SIGINT" 130' INT
+trap 'stop_and_exit "interrupted by SIGTERM" 143' TERM
+trap 'stop_and_exit "interrupted by SIGHUP" 129' HUP
+
+# The watchdog is in its own session, so a signal to our process group or a closed terminal leaves it
+# to do its job; it has no tag itself and holds none of our output streams.
+setsid bash "${BASH_SOURCE[0]}" --watchdog "$$" "$LAUNCHER_START" "$JOB_TAG" "$MSRUN_LOG" \
+  </dev/null >/dev/null 2>&1 &
+# msrun gets its own session so that one signal reaches it, its scheduler and its log tails; with
+# --pdeathsig the kernel sends it SIGINT (msrun then kills its workers) the moment the launcher dies
+PDEATH=()
+if command -v setpriv >/dev/null 2>&1 && setpriv --pdeathsig INT true 2>/dev/null; then PDEATH=(setpriv --pdeathsig INT); fi
+env "$JOB_VAR=$JOB_TAG" setsid "${PDEATH[@]}" msrun "$@" >"$MSRUN_LOG" 2>&1 </dev/null &
+MSRUN_PID=$!
 if [ "$QUIET" != 1 ]; then
   tail -n +1 -F --pid="$MSRUN_PID" "$MSRUN_LOG" 2>/dev/null &
   ECHO_PID=$!
 fi
-
-declare -A WORKER_PID=()   # rank -> pid of the worker (a session leader: its group holds its children)
-
-alive() {  # process exists and is not a zombie
-  local state
-  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-  [ -n "$state" ] && [[ "$state" != Z* ]]
-}
 
 scan_workers() {  # learn rank -> pid from msrun's children (their environment has MS_ROLE and RANK_ID)
   local child pgid env role rank
@@ -111,31 +221,6 @@ scan_workers() {  # learn rank -> pid from msrun's children (their environment h
     rank=$(sed -n 's/^RANK_ID=//p' <<<"$env")
     if [ "$role" = MS_WORKER ] && [ -n "$rank" ]; then WORKER_PID[$rank]=$child; fi
   done < <(ps -o pid=,pgid= --ppid "$MSRUN_PID" 2>/dev/null)
-}
-
-kill_job() {
-  local sig pid waited=0
-  scan_workers
-  for sig in TERM KILL; do
-    for pid in "${WORKER_PID[@]}"; do kill -s "$sig" -- "-$pid" 2>/dev/null || kill -s "$sig" "$pid" 2>/dev/null; done
-    if [ "$MSRUN_PGID" != "$(ps -o pgid= -p $$ | tr -d ' ')" ]; then
-      kill -s "$sig" -- "-$MSRUN_PGID" 2>/dev/null
-    else
-      kill -s "$sig" "$MSRUN_PID" 2>/dev/null
-    fi
-    [ "$sig" = KILL ] && break
-    waited=0
-    while [ "$waited" -lt $((KILL_GRACE * 10)) ]; do
-      local any=0
-      alive "$MSRUN_PID" && any=1
-      for pid in "${WORKER_PID[@]}"; do alive "$pid" && any=1; done
-      [ "$any" = 0 ] && break 2
-      sleep 0.1
-      waited=$((waited + 1))
-    done
-  done
-  wait "$MSRUN_PID" 2>/dev/null
-  [ -n "$ECHO_PID" ] && kill "$ECHO_PID" 2>/dev/null && wait "$ECHO_PID" 2>/dev/null
 }
 
 show_log() {  # the end of a worker's log without MindSpore's INFO/WARNING lines
@@ -174,14 +259,10 @@ find_failed_rank() {  # prints "rank<TAB>reason" of the first failed local rank,
   fi
 }
 
-on_signal() {
-  say "interrupted: stopping the job"
-  kill_job
-  exit 130
-}
-trap on_signal INT TERM
-
 while alive "$MSRUN_PID"; do
+  if [ "$WATCH_PARENT" = 1 ] && { ! proc_stat $$ || [ "${PSTAT[1]}" != "$PARENT_PID" ]; }; then
+    stop_and_exit "the launcher's parent (pid $PARENT_PID) exited" 129
+  fi
   [ "${#WORKER_PID[@]}" -lt "$WORKERS_PER_NODE" ] && scan_workers
   failure=$(find_failed_rank)
   if [ -n "$failure" ]; then
@@ -202,13 +283,15 @@ done
 wait "$MSRUN_PID"
 rc=$?
 [ -n "$ECHO_PID" ] && { wait "$ECHO_PID" 2>/dev/null; }
+leftover=$(job_pids "$JOB_TAG")
+if [ -n "$leftover" ]; then  # msrun kills its workers itself; anything they started may still run
+  say "stopping $(wc -w <<<"$leftover") process(es) of the job still running after msrun exited"
+  stop_job "$JOB_TAG"
+fi
 if [ "$rc" -eq 0 ]; then
   say "job finished; logs in $LOG_DIR (worker_<rank>.log, msrun_node$NODE_RANK.log)"
   exit 0
 fi
-for pid in "${WORKER_PID[@]}"; do  # msrun normally kills its workers itself; make sure
-  alive "$pid" && kill -s KILL -- "-$pid" 2>/dev/null
-done
 failure=$(find_failed_rank)
 if [ -n "$failure" ] && [ "${failure%%$'\t'*}" != "?" ]; then
   report_failure "${failure%%$'\t'*}" "${failure#*$'\t'}"

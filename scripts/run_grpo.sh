@@ -7,9 +7,10 @@
 # Environment (defaults in brackets):
 #   CONFIG [examples/grpo/tiny_math.yaml]   training yaml; relative paths in it resolve against the
 #                                           current directory, so run from the repository root
-#   NNODES [1]  WORKERS_PER_NODE [2]  MASTER_ADDR [127.0.0.1]  MASTER_PORT [8118]  NODE_RANK [0]
-#   LOG_DIR [./log_dir]
-#   and the launcher's knobs (FAIL_PATTERN, KILL_GRACE, QUIET, MSRUN_EXTRA_ARGS): see scripts/msrun_launch.sh
+#   NNODES [1]  WORKERS_PER_NODE [2] (or NPUS_PER_NODE / GPUS_PER_NODE; if several are set they must agree)
+#   MASTER_ADDR [127.0.0.1]  MASTER_PORT [8118]  NODE_RANK [0]  LOG_DIR [./log_dir]
+#   and the launcher's knobs (FAIL_PATTERN, KILL_GRACE, QUIET, MSRUN_EXTRA_ARGS, STOP_WITH_PARENT): see
+#   scripts/msrun_launch.sh
 #
 # Two machines, 2 workers each (world size 4); node 0's address is 10.0.0.1:
 #   node 0:  NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 bash scripts/run_grpo.sh
@@ -17,6 +18,8 @@
 #
 # If a worker fails, its rank and the end of its log are printed, the whole job on this machine is
 # killed and the script exits 1 (see scripts/msrun_launch.sh). Logs: $LOG_DIR/worker_<rank>.log.
+# SIGTERM, SIGINT or SIGHUP to this script (it becomes the launcher: exec) stops msrun and every worker;
+# so does SIGKILL, through the launcher's watchdog.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,7 +32,8 @@ if [ ! -f "$CONFIG" ]; then
   echo "run_grpo: config $CONFIG not found (relative to $(pwd); set CONFIG or run from the repository root)" >&2
   exit 2
 fi
-export NNODES="${NNODES:-1}" WORKERS_PER_NODE="${WORKERS_PER_NODE:-2}" MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
+# WORKERS_PER_NODE gets its default in the launcher, which also reads NPUS_PER_NODE and GPUS_PER_NODE
+export NNODES="${NNODES:-1}" MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 export MASTER_PORT="${MASTER_PORT:-8118}" NODE_RANK="${NODE_RANK:-0}" LOG_DIR="${LOG_DIR:-./log_dir}"
 export GLOG_v="${GLOG_v:-3}"
 

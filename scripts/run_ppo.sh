@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # PPO training on several processes (and machines) with msrun: `mindrl train` on every worker, as
-# scripts/run_grpo.sh (same environment variables, failure handling and logs; see its --help).
+# scripts/run_grpo.sh (same environment variables, failure and signal handling and logs; see its --help).
 #
 #   bash scripts/run_ppo.sh [key.sub=value ...]           # extra arguments are config overrides
-#   CONFIG=my_ppo.yaml WORKERS_PER_NODE=4 bash scripts/run_ppo.sh rl_config.train_iters=10
+#   CONFIG=my_ppo.yaml NPUS_PER_NODE=4 bash scripts/run_ppo.sh rl_config.train_iters=10
 #
 # CONFIG [examples/ppo/tiny_math.yaml] is any training yaml; a PPO one has rl_config.adv_estimator: gae and a
 # critic_config section (and, for a learned reward, a reward_config section). Layouts per role:

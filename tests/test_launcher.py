@@ -69,21 +69,66 @@ def processes_with_tag(tag):
     return found
 
 
-def launch(tmp_path, script_text, *args, timeout=60, watch=None, signal_when_seen=None):
-    """Run the launcher on a script.
+def wait_until_gone(tag, timeout):
+    """Seconds until no process of the job is left, or (when some outlive ``timeout``) kill them and fail."""
+    start = time.monotonic()
+    while True:
+        left = processes_with_tag(tag)
+        if not left:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            for pid in left:  # the test must not leak workers even when it fails
+                os.kill(pid, signal.SIGKILL)
+            details = []
+            for pid in left:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                        cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    cmdline = "?"
+                details.append(f"{pid}: {cmdline}")
+            raise AssertionError(f"processes of the job survived for {timeout} s: {details}")
+        time.sleep(0.1)
+
+
+def children(pid):
+    """pids whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def job_env(tmp_path, **extra):
+    """Environment for one job: a free port, logs under tmp_path, and a unique tag every process inherits."""
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, MASTER_PORT=str(free_port()), LOG_DIR=str(tmp_path / "logs"), WORKERS_PER_NODE="2",
+               NNODES="1", NODE_RANK="0", QUIET="1", GLOG_v="3", MINDRL_LAUNCH_TEST=tag, **extra)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env, tag
+
+
+def launch(tmp_path, script_text, *args, timeout=60, watch=None, signal_when_seen=None, command=None,
+           gone_within=10, **extra_env):
+    """Run the launcher on a script (or run ``command``, e.g. a wrapper script, in a new session).
 
     Returns (rc, stdout, stderr, elapsed, seconds from `watch` = (log name, text) appearing to the
-    launcher's exit, log dir). With ``signal_when_seen`` the launcher gets that signal once `watch` is seen.
+    launcher's exit, log dir). With ``signal_when_seen`` = signal or callable(proc) the launcher gets
+    that signal (or the callable runs) once `watch` is seen. Every process of the job must be gone
+    within ``gone_within`` seconds of the launcher's exit.
     """
     script = tmp_path / "job.py"
     script.write_text(script_text)
     log_dir = tmp_path / "logs"
-    tag = f"MINDRL_LAUNCH_TEST={uuid.uuid4().hex}"
-    env = dict(os.environ, MASTER_PORT=str(free_port()), LOG_DIR=str(log_dir), WORKERS_PER_NODE="2", NNODES="1",
-               NODE_RANK="0", QUIET="1", GLOG_v="3", MINDRL_LAUNCH_TEST=tag.split("=", 1)[1])
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env, tag = job_env(tmp_path, **extra_env)
     start = time.monotonic()
-    proc = subprocess.Popen(["bash", LAUNCHER, str(script), *args], env=env, cwd=str(tmp_path),
+    proc = subprocess.Popen(command or ["bash", LAUNCHER, str(script), *args], env=env, cwd=str(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     seen_at = None
     try:
@@ -94,19 +139,18 @@ def launch(tmp_path, script_text, *args, timeout=60, watch=None, signal_when_see
                 log = log_dir / watch[0]
                 if log.exists() and watch[1] in log.read_text(errors="replace"):
                     seen_at = time.monotonic()
-                    if signal_when_seen:
+                    if callable(signal_when_seen):
+                        signal_when_seen(proc)
+                    elif signal_when_seen:
                         os.kill(proc.pid, signal_when_seen)
             time.sleep(0.1)
-        out, err = proc.communicate()
+        out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)  # the launcher's trap stops its job
             proc.wait(15)
-    elapsed = time.monotonic() - start
-    left = processes_with_tag(tag.split("=", 1)[1])
-    for pid in left:  # the test must not leak workers even when it fails
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"processes of the job survived the launcher: {left}"
+        elapsed = time.monotonic() - start
+        wait_until_gone(tag, gone_within)
     after_seen = None if seen_at is None else time.monotonic() - seen_at
     return proc.returncode, out, err, elapsed, after_seen, log_dir
 
@@ -138,13 +182,124 @@ def test_successful_allreduce_exits_zero(tmp_path):
         assert f"rank {rank} sum [3.0, 3.0, 3.0] args ['--flag', 'x y']" in text
 
 
+RUN_GRPO = os.path.join(ROOT, "scripts", "run_grpo.sh")
+
+
+def run_grpo_on_sleeper(tmp_path):
+    """run_grpo.sh runs `python -m mindrl.cli train --config CONFIG` on each worker; a `mindrl` package in the
+    working directory comes first on `python -m`'s path, so the workers run SLEEPER instead of training."""
+    (tmp_path / "mindrl").mkdir()
+    (tmp_path / "mindrl" / "__init__.py").write_text("")
+    (tmp_path / "mindrl" / "cli.py").write_text(SLEEPER)
+    (tmp_path / "cfg.yaml").write_text("{}\n")
+    return {"CONFIG": "cfg.yaml"}
+
+
 @pytest.mark.msrun
-def test_sigterm_stops_every_process(tmp_path):
+@pytest.mark.parametrize("entry, sig, status", [
+    pytest.param(entry, sig, status, id=f"{entry}-{sig.name}") for entry, sig, status in [
+        ("launcher", signal.SIGTERM, 143), ("launcher", signal.SIGINT, 130), ("launcher", signal.SIGHUP, 129),
+        ("run_grpo", signal.SIGTERM, 143)]])
+def test_signal_stops_every_process(tmp_path, entry, sig, status):
+    """SIGTERM/SIGINT/SIGHUP to the launcher, or to run_grpo.sh (which execs it), stop msrun, its scheduler
+    and every worker; launch() fails if any process of the job is left."""
+    env, command = {}, None
+    if entry == "run_grpo":
+        env, command = run_grpo_on_sleeper(tmp_path), ["bash", RUN_GRPO]
     rc, out, err, elapsed, after_seen, _ = launch(tmp_path, SLEEPER, watch=("worker_1.log", "ready 1"),
-                                                  signal_when_seen=signal.SIGTERM)
-    assert rc == 130, err
-    assert "interrupted" in err
-    assert after_seen is not None and after_seen < 8, f"{after_seen} s from SIGTERM to the launcher's exit"
+                                                  signal_when_seen=sig, command=command, gone_within=3, **env)
+    assert rc == status, err
+    assert f"interrupted by {sig.name}: stopping the job" in err
+    assert after_seen is not None and after_seen < 8, f"{after_seen} s from {sig.name} to the launcher's exit"
+
+
+def kill_launcher_and_msrun(proc):
+    """SIGKILL the launcher and msrun at the same moment: nothing of theirs can clean up, only the watchdog."""
+    msrun = [pid for pid in children(proc.pid) if b"/msrun\0" in open(f"/proc/{pid}/cmdline", "rb").read()]
+    assert len(msrun) == 1, children(proc.pid)
+    os.kill(msrun[0], signal.SIGSTOP)  # else the SIGINT the launcher's death sends msrun may beat our SIGKILL
+    os.kill(proc.pid, signal.SIGKILL)
+    os.kill(msrun[0], signal.SIGKILL)
+
+
+@pytest.mark.msrun
+@pytest.mark.parametrize("victims", ["run_grpo", "launcher_and_msrun"])
+def test_sigkill_of_the_launcher_leaves_no_process(tmp_path, victims):
+    """SIGKILL cannot be trapped. run_grpo.sh killed alone: msrun gets SIGINT from the kernel (pdeathsig) and
+    kills its workers, and the watchdog sweeps the rest; killed together with msrun: the watchdog alone."""
+    env = run_grpo_on_sleeper(tmp_path)
+    kill = kill_launcher_and_msrun if victims == "launcher_and_msrun" else signal.SIGKILL
+    rc, out, err, elapsed, after_seen, log_dir = launch(
+        tmp_path, SLEEPER, watch=("worker_1.log", "ready 1"), signal_when_seen=kill, command=["bash", RUN_GRPO],
+        gone_within=6, **env)
+    assert rc == -signal.SIGKILL
+    if victims == "launcher_and_msrun":
+        assert "its watchdog is stopping the job" in (log_dir / "msrun_node0.log").read_text()
+
+
+WRAPPER = 'bash "$1"\necho "wrapper: after run_grpo.sh"\n'  # a user's script that does not exec run_grpo.sh
+
+
+@pytest.mark.msrun
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_killed_wrapper_script_stops_the_job(tmp_path, sig):
+    """Killing the outer script that started run_grpo.sh (by its pid only): the launcher sees its parent exit
+    and stops the job."""
+    env = run_grpo_on_sleeper(tmp_path)
+    (tmp_path / "wrapper.sh").write_text(WRAPPER)
+    rc, out, err, elapsed, after_seen, _ = launch(
+        tmp_path, SLEEPER, watch=("worker_1.log", "ready 1"), signal_when_seen=sig,
+        command=["bash", str(tmp_path / "wrapper.sh"), RUN_GRPO], gone_within=3, **env)
+    assert rc == -sig
+    assert "the launcher's parent" in err and "exited: stopping the job" in err
+    assert "wrapper: after" not in out
+
+
+def stub_repo(tmp_path, msrun_body):
+    """A copy of the launch scripts without a .venv and a fake msrun first on PATH: (env, scripts dir)."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "msrun").write_text("#!/bin/sh\n" + msrun_body)
+    (fake_bin / "msrun").chmod(0o755)
+    repo_copy = tmp_path / "repo"  # so that the launcher does not activate the real .venv in front of the stub
+    (repo_copy / "scripts").mkdir(parents=True)
+    for name in ("run_grpo.sh", "msrun_launch.sh"):
+        (repo_copy / "scripts" / name).write_text(open(os.path.join(ROOT, "scripts", name)).read())
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "WORKERS_PER_NODE", "NPUS_PER_NODE", "GPUS_PER_NODE")}
+    env.update(PATH=f"{fake_bin}{os.pathsep}{os.environ['PATH']}", LOG_DIR=str(tmp_path / "logs"), QUIET="1",
+               ARGS_OUT=str(tmp_path / "args.txt"))
+    return env, repo_copy / "scripts"
+
+
+@pytest.mark.parametrize("how", ["nohup", "STOP_WITH_PARENT=0"])
+def test_detached_launcher_outlives_its_parent(tmp_path, how):
+    """nohup (SIGHUP ignored) or STOP_WITH_PARENT=0: the job is meant to outlive the shell that started it."""
+    env, scripts = stub_repo(tmp_path, 'echo $$ > "$ARGS_OUT"; exec sleep 60\n')
+    tag = uuid.uuid4().hex
+    env["MINDRL_LAUNCH_TEST"] = tag
+    prefix = "nohup " if how == "nohup" else "STOP_WITH_PARENT=0 "
+    (tmp_path / "wrapper.sh").write_text(f'{prefix}bash "{scripts}/msrun_launch.sh" job.py\n')
+    proc = subprocess.Popen(["bash", str(tmp_path / "wrapper.sh")], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "args.txt").exists() or not (tmp_path / "args.txt").read_text().strip():
+            assert time.monotonic() < deadline, "the stub msrun never started"
+            time.sleep(0.1)
+        msrun = int((tmp_path / "args.txt").read_text())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        time.sleep(2)  # several of the launcher's polls
+        left = processes_with_tag(tag)
+        assert msrun in left, "the detached job was stopped with its parent"
+        launcher = [pid for pid in left if b"msrun_launch.sh\0job.py" in open(f"/proc/{pid}/cmdline", "rb").read()]
+        assert len(launcher) == 1
+        os.kill(launcher[0], signal.SIGTERM)
+        wait_until_gone(tag, 5)
+    finally:
+        for pid in processes_with_tag(tag):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_bad_environment_is_refused_before_msrun(tmp_path):
@@ -157,23 +312,44 @@ def test_bad_environment_is_refused_before_msrun(tmp_path):
 
 def test_run_grpo_passes_config_and_overrides(tmp_path):
     """run_grpo.sh hands `python -m mindrl.cli train --config ... overrides` to the launcher (stubbed msrun)."""
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    (fake_bin / "msrun").write_text("#!/bin/sh\necho \"$@\" > \"$ARGS_OUT\"\n")
-    (fake_bin / "msrun").chmod(0o755)
+    env, scripts = stub_repo(tmp_path, 'echo "$@" > "$ARGS_OUT"\n')
     (tmp_path / "cfg.yaml").write_text("{}\n")
-    repo_copy = tmp_path / "repo"  # a copy of the scripts without a .venv, so PATH keeps the fake msrun
-    (repo_copy / "scripts").mkdir(parents=True)
-    for name in ("run_grpo.sh", "msrun_launch.sh"):
-        (repo_copy / "scripts" / name).write_text(open(os.path.join(ROOT, "scripts", name)).read())
-    env = dict(os.environ, PATH=f"{fake_bin}{os.pathsep}{os.environ['PATH']}", CONFIG="cfg.yaml",
-               ARGS_OUT=str(tmp_path / "args.txt"), LOG_DIR=str(tmp_path / "logs"), NNODES="2", NODE_RANK="1",
-               WORKERS_PER_NODE="3", MASTER_ADDR="node0.invalid", MASTER_PORT="9001", QUIET="1")
-    env.pop("VIRTUAL_ENV", None)
-    res = subprocess.run(["bash", str(repo_copy / "scripts" / "run_grpo.sh"), "rl_config.train_iters=3"], env=env,
+    env.update(CONFIG="cfg.yaml", NNODES="2", NODE_RANK="1", WORKERS_PER_NODE="3", MASTER_ADDR="node0.invalid",
+               MASTER_PORT="9001")
+    res = subprocess.run(["bash", str(scripts / "run_grpo.sh"), "rl_config.train_iters=3"], env=env,
                          cwd=str(tmp_path), capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
     args = (tmp_path / "args.txt").read_text().split()
     assert args == ["--worker_num=6", "--local_worker_num=3", "--master_addr=node0.invalid", "--master_port=9001",
                     "--node_rank=1", f"--log_dir={tmp_path / 'logs'}", "--join=True", "python", "-m", "mindrl.cli",
                     "train", "--config", "cfg.yaml", "rl_config.train_iters=3"]
+
+
+@pytest.mark.parametrize("given, local", [({"NPUS_PER_NODE": "3"}, 3), ({"GPUS_PER_NODE": "4"}, 4),
+                                          ({"WORKERS_PER_NODE": "3", "NPUS_PER_NODE": "03"}, 3), ({}, 2)])
+def test_npus_and_gpus_per_node_name_the_worker_count(tmp_path, given, local):
+    env, scripts = stub_repo(tmp_path, 'echo "$@" > "$ARGS_OUT"\n')
+    (tmp_path / "cfg.yaml").write_text("{}\n")
+    env.update(CONFIG="cfg.yaml", NNODES="2", **given)
+    res = subprocess.run(["bash", str(scripts / "run_grpo.sh")], env=env, cwd=str(tmp_path), capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    args = (tmp_path / "args.txt").read_text().split()
+    assert args[:2] == [f"--worker_num={2 * local}", f"--local_worker_num={local}"]
+
+
+@pytest.mark.parametrize("given, named", [
+    ({"WORKERS_PER_NODE": "2", "NPUS_PER_NODE": "4"}, ("WORKERS_PER_NODE=2", "NPUS_PER_NODE=4")),
+    ({"NPUS_PER_NODE": "8", "GPUS_PER_NODE": "4"}, ("NPUS_PER_NODE=8", "GPUS_PER_NODE=4")),
+    ({"WORKERS_PER_NODE": "2", "GPUS_PER_NODE": "1"}, ("WORKERS_PER_NODE=2", "GPUS_PER_NODE=1"))])
+@pytest.mark.parametrize("script", ["run_grpo.sh", "msrun_launch.sh"])
+def test_disagreeing_worker_counts_are_refused(tmp_path, given, named, script):
+    env, scripts = stub_repo(tmp_path, 'echo "$@" > "$ARGS_OUT"\n')
+    (tmp_path / "cfg.yaml").write_text("{}\n")
+    env.update(CONFIG="cfg.yaml", **given)
+    res = subprocess.run(["bash", str(scripts / script), "job.py"], env=env, cwd=str(tmp_path), capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and all(name in lines[0] for name in named), res.stderr
+    assert not (tmp_path / "args.txt").exists()  # refused before msrun
