@@ -13,11 +13,20 @@
       --enable_compile_cache False --only_save_strategy False
 
 What each flag becomes (see docs/ppo.md):
-- ``--sft_path_infer`` / ``--sft_path_train``: MindFormers model yamls. The architecture (they must agree) and two
-  layouts: ``parallel_config.model_parallel`` of each is the tensor parallel degree of the rollout and the training
-  model. ``seq_length - max_decode_length`` is the prompt length and ``max_decode_length`` the response length, as in
-  MindRLHF.
-- ``--reward_path`` / ``--critic_path``: the reward model's and critic's yamls (their model_parallel sets their layouts).
+- ``--sft_path_infer`` / ``--sft_path_train``: each a MindFormers model yaml or an HF model directory (config.json).
+  They must describe the same model (two yamls may differ only in parallel_config; a yaml and an HF directory must
+  agree on the architecture, see ARCHITECTURE) and set the rollout's and the training model's layouts:
+  - a yaml: ``parallel_config.model_parallel`` is the tensor parallel degree, and data_parallel x model_parallel must
+    be the number of msrun workers;
+  - an HF directory: tensor parallel 1, data parallel = the number of workers. That is mindrl's own default when a
+    config sets no tp (``tensor_model_parallel_size: 1``, data parallel derived from the world size); it fits any
+    number of workers and any head count. Ask for more with an override after the flags, e.g.
+    ``generate_config.infer_tensor_parallel_size=2``.
+  Without msrun (one process) every layout is 1. The lengths follow MindRLHF from the first of the two that is a yaml:
+  ``seq_length - max_decode_length`` is the prompt length and ``max_decode_length`` the response length. With two HF
+  directories they are ``generate_config.max_prompt_length`` / ``max_tokens`` of ``--config`` or the overrides.
+- ``--reward_path`` / ``--critic_path``: the reward model's and critic's architecture, a yaml or an HF directory; the
+  layout as above.
 - ``--load_sft_checkpoint_train``: the policy's weights (an HF directory, a .ckpt or .safetensors file).
   ``--load_sft_checkpoint_infer`` must hold the same weights: unlike MindRLHF the rollout model is refreshed from the
   trained weights after every update, in place, so it never reads a checkpoint of its own.
@@ -28,7 +37,9 @@ What each flag becomes (see docs/ppo.md):
   (write every role's strategy files to ./strategy and exit).
 Training settings that MindRLHF keeps in ppo_config.py (batch sizes, learning rates, KL, PPO clip ranges) come from
 ``--config`` (default: examples/qwen_ppo_tutorial/ppo_config.yaml) and ``key=value`` overrides after ``--``.
-Booleans are the strings True / False, as in MindRLHF.
+Booleans are the strings True / False, as in MindRLHF. A path flag that names nothing usable (missing, the wrong kind
+of file, an unwritable --save_ckpt_dir) stops the script with status 2 and one line per flag, naming it, before
+MindSpore is imported.
 """
 import argparse
 import os
@@ -62,51 +73,154 @@ def parse(argv=None):
 
 
 class UsageError(Exception):
-    pass
+    """A flag the run cannot use; the message names the flag. ppo_one_stage.py exits with status 2."""
 
 
-def overrides_for(args) -> list:
-    """The tutorial's flags as mindrl config overrides (no MindSpore: msrun's scheduler runs this part too)."""
+MODEL_FLAGS = ("sft_path_infer", "sft_path_train", "reward_path", "critic_path")
+WEIGHT_FLAGS = ("load_sft_checkpoint_infer", "load_sft_checkpoint_train", "load_rm_checkpoint",
+                "load_critic_checkpoint", "load_ref_checkpoint")
+# What two model configs must share to describe one network. An HF config.json carries the model's own context
+# (max_position_embeddings) and no compute dtype where a MindFormers yaml carries the run's (seq_length, dtypes), so a
+# yaml and an HF directory are compared on these only; model_type is not among them because MindFormers' Qwen2 yamls
+# say LlamaConfig with qkv_has_bias, which is the same network as HF's qwen2.
+ARCHITECTURE = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "n_kv_heads", "head_dim",
+                "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings", "qkv_bias", "qk_norm")
+
+
+def world_size() -> int:
+    """The number of msrun workers (1 without msrun)."""
+    return int(os.environ.get("MS_WORKER_NUM", os.environ.get("RANK_SIZE", "1")) or 1)
+
+
+def is_hf(path: str) -> bool:
+    """An HF model (a directory with config.json, or the config.json itself) rather than a MindFormers yaml."""
+    return os.path.isdir(path) or path.endswith(".json")
+
+
+class _Problems(list):
+    """Collects one line per bad flag (mindrl's PathChecks reports through ``add``)."""
+
+    def add(self, flag: str, msg: str) -> None:
+        self.append(f"{flag}: {msg}")
+
+    def raise_if_any(self) -> None:
+        if self:
+            raise UsageError("\n".join(self))
+
+
+def check_paths(args) -> dict:
+    """Every path flag names something the run can use, each problem one line naming the flag; nothing is read beyond
+    existence, kind and writability. Returns the model flags' paths as resolved (a bare name is looked up in
+    model_configs/, as mindrl's own config does)."""
+    from mindrl.config.loader import PathChecks
+    from mindrl.data.tokenizer import VOCABULARY_FILES, has_tokenizer
+    from mindrl.trainer.preflight import writable_problem
+    problems = _Problems()
+    checks = PathChecks(problems)
+    models = {name: checks.model(f"--{name}", getattr(args, name)) for name in MODEL_FLAGS}
+    checks.mindrecord("--mind_dataset_dir", args.mind_dataset_dir, allow_jsonl=False)
+    for name in WEIGHT_FLAGS:
+        if getattr(args, name) is not None:
+            checks.weights(f"--{name}", getattr(args, name))
+    unwritable = writable_problem(args.save_ckpt_dir)
+    if unwritable:
+        problems.add("--save_ckpt_dir", unwritable)
+    checks.exists("--config", args.config, "training config")
+    if args.tokenizer is not None:
+        checks.tokenizer("--tokenizer", args.tokenizer)
+    elif os.path.exists(args.load_sft_checkpoint_train) and not has_tokenizer(args.load_sft_checkpoint_train):
+        problems.add("--load_sft_checkpoint_train", f"{args.load_sft_checkpoint_train!r} holds no tokenizer (none of "
+                     f"{', '.join(VOCABULARY_FILES)}); the tokenizer is read from it unless --tokenizer is given")
+    problems.raise_if_any()
+    return models
+
+
+def load_model(flag: str, path: str):
+    from mindrl.models.config import ModelConfigError, load_model_config
+    try:
+        return load_model_config(path)
+    except ModelConfigError as err:
+        raise UsageError(f"--{flag}: {err}") from None
+
+
+def tensor_parallel(flag: str, path: str, cfg, world: int) -> int:
+    """The tensor parallel degree a model flag sets. A yaml: its parallel_config.model_parallel, and data_parallel x
+    model_parallel must be the world size (MindFormers' rule). An HF directory carries no layout: tensor parallel 1
+    and data parallel = the world size, which is what mindrl's own config does when no tp is set, and works for any
+    number of workers and any head count. Without msrun everything runs in one process: 1."""
+    if world == 1 or is_hf(path):
+        return 1
+    if cfg.data_parallel * cfg.model_parallel != world:
+        raise UsageError(f"--{flag} {path}: data_parallel {cfg.data_parallel} x model_parallel {cfg.model_parallel} "
+                         f"does not match the {world} msrun workers")
+    return cfg.model_parallel
+
+
+def check_same_model(args, paths: dict, infer, train) -> None:
+    """--sft_path_infer and --sft_path_train describe one model: two yamls may differ only in parallel_config, a
+    yaml and an HF directory (or two HF directories) must agree on ARCHITECTURE."""
+    import dataclasses
+    both_yaml = not is_hf(paths["sft_path_infer"]) and not is_hf(paths["sft_path_train"])
+    keys = [f.name for f in dataclasses.fields(infer) if f.name not in ("source", "data_parallel", "model_parallel")] \
+        if both_yaml else ARCHITECTURE
+    differ = [f"{k} {getattr(infer, k)!r} vs {getattr(train, k)!r}" for k in keys
+              if getattr(infer, k) != getattr(train, k)]
+    if differ:
+        rule = "they may differ only in parallel_config" if both_yaml else \
+            "a yaml and an HF directory must agree on the architecture"
+        raise UsageError(f"--sft_path_infer {args.sft_path_infer} and --sft_path_train {args.sft_path_train} describe "
+                         f"different models ({', '.join(differ)}); {rule}")
+
+
+def lengths(paths: dict, configs: dict) -> dict:
+    """Prompt and response lengths by MindRLHF's rule, from the first of --sft_path_infer, --sft_path_train that is a
+    yaml: max_tokens = max_decode_length, max_prompt_length = seq_length - max_decode_length. Two HF directories carry
+    no response length: then generate_config.max_prompt_length / max_tokens come from --config and the overrides."""
     import yaml
-    from mindrl.models.config import load_model_config
+    for flag in ("sft_path_infer", "sft_path_train"):
+        if is_hf(paths[flag]):
+            continue
+        with open(paths[flag]) as fh:
+            decode = (yaml.safe_load(fh)["model"]["model_config"] or {}).get("max_decode_length")
+        seq = int(configs[flag].max_position_embeddings)
+        if not decode or not 0 < int(decode) < seq:
+            raise UsageError(f"--{flag} {paths[flag]}: model.model_config.max_decode_length is needed, between 1 and "
+                             f"seq_length - 1 = {seq - 1} (the response length; the prompt gets seq_length - "
+                             f"max_decode_length), got {decode!r}")
+        return {"generate_config.max_tokens": int(decode), "generate_config.max_prompt_length": seq - int(decode)}
+    return {}
+
+
+def overrides_for(args, world: int | None = None) -> list:
+    """The tutorial's flags as mindrl config overrides, or UsageError naming the flag. Reads only small files (model
+    configs, and the two sft checkpoints when they differ), no MindSpore: msrun's scheduler runs this part too.
+    ``world``: the number of workers (default: msrun's environment)."""
     if args.save_data_file:
         raise UsageError("--save_data_file: mindrl does not store rollouts; remove the flag")
     if args.load_sft_checkpoint_train is None:
         raise UsageError("--load_sft_checkpoint_train: required (the policy's weights)")
     if args.load_rm_checkpoint is None:
         raise UsageError("--load_rm_checkpoint: required (the reward model that scores the rollouts)")
-    world = int(os.environ.get("MS_WORKER_NUM", os.environ.get("RANK_SIZE", "1")) or 1)
+    paths = check_paths(args)
+    world = world_size() if world is None else world
     if world > 1 and not args.use_parallel:
         raise UsageError(f"--use_parallel False, but msrun started {world} workers; pass --use_parallel True")
-    infer, train = load_model_config(args.sft_path_infer), load_model_config(args.sft_path_train)
-    same = {k: v for k, v in infer.to_hf_dict().items()} == {k: v for k, v in train.to_hf_dict().items()}
-    if not same:
-        raise UsageError(f"--sft_path_infer {args.sft_path_infer} and --sft_path_train {args.sft_path_train} describe "
-                         f"different models; they may differ only in parallel_config")
-    for flag, cfg in (("sft_path_infer", infer), ("sft_path_train", train)):
-        if world > 1 and cfg.data_parallel * cfg.model_parallel != world:
-            raise UsageError(f"--{flag} {getattr(args, flag)}: data_parallel {cfg.data_parallel} x model_parallel "
-                             f"{cfg.model_parallel} does not match the {world} msrun workers")
-    with open(args.sft_path_infer) as fh:
-        decode = (yaml.safe_load(fh)["model"]["model_config"] or {}).get("max_decode_length")
-    if not decode:
-        raise UsageError(f"--sft_path_infer {args.sft_path_infer}: model.model_config.max_decode_length is needed "
-                         f"(the response length; the prompt gets seq_length - max_decode_length)")
+    configs = {flag: load_model(flag, paths[flag]) for flag in MODEL_FLAGS}
+    check_same_model(args, paths, configs["sft_path_infer"], configs["sft_path_train"])
+    tp = {flag: tensor_parallel(flag, paths[flag], configs[flag], world) for flag in MODEL_FLAGS}
     if args.load_sft_checkpoint_infer and os.path.abspath(args.load_sft_checkpoint_infer) != \
             os.path.abspath(args.load_sft_checkpoint_train):
         _same_weights(args.load_sft_checkpoint_infer, args.load_sft_checkpoint_train)
-    tokenizer = args.tokenizer or args.load_sft_checkpoint_train
-    tp = lambda path: load_model_config(path).model_parallel if world > 1 else 1  # noqa: E731
     out = {
-        "actor_config.model": args.sft_path_train, "actor_config.load": args.load_sft_checkpoint_train,
-        "actor_config.tokenizer_name_or_path": tokenizer, "actor_config.save": args.save_ckpt_dir,
-        "actor_config.tensor_model_parallel_size": tp(args.sft_path_train),
-        "generate_config.infer_tensor_parallel_size": tp(args.sft_path_infer),
-        "generate_config.max_tokens": int(decode),
-        "generate_config.max_prompt_length": int(infer.max_position_embeddings) - int(decode),
-        "reward_config.load": args.load_rm_checkpoint, "reward_config.model": args.reward_path,
-        "reward_config.tensor_model_parallel_size": tp(args.reward_path),
-        "critic_config.model": args.critic_path, "critic_config.tensor_model_parallel_size": tp(args.critic_path),
+        "actor_config.model": paths["sft_path_train"], "actor_config.load": args.load_sft_checkpoint_train,
+        "actor_config.tokenizer_name_or_path": args.tokenizer or args.load_sft_checkpoint_train,
+        "actor_config.save": args.save_ckpt_dir,
+        "actor_config.tensor_model_parallel_size": tp["sft_path_train"],
+        "generate_config.infer_tensor_parallel_size": tp["sft_path_infer"],
+        **lengths(paths, configs),
+        "reward_config.load": args.load_rm_checkpoint, "reward_config.model": paths["reward_path"],
+        "reward_config.tensor_model_parallel_size": tp["reward_path"],
+        "critic_config.model": paths["critic_path"], "critic_config.tensor_model_parallel_size": tp["critic_path"],
         "data.path": args.mind_dataset_dir, "runtime.enable_compile_cache": str(args.enable_compile_cache).lower(),
         "runtime.only_save_strategy": str(args.only_save_strategy).lower(),
     }
@@ -120,8 +234,15 @@ def overrides_for(args) -> list:
 def _same_weights(a: str, b: str) -> None:
     """The infer checkpoint must be the train checkpoint's weights: compared tensor by tensor."""
     import numpy as np
+    from mindrl.models.safetensors_io import CheckpointError
     from mindrl.models.weights import TensorSource
-    sa, sb = TensorSource(a), TensorSource(b)
+    sources = {}
+    for flag, path in (("load_sft_checkpoint_infer", a), ("load_sft_checkpoint_train", b)):
+        try:
+            sources[flag] = TensorSource(path)
+        except CheckpointError as err:
+            raise UsageError(f"--{flag}: {err}") from None
+    sa, sb = sources.values()
     if sorted(sa.names()) != sorted(sb.names()) or any(not np.array_equal(sa.get(n), sb.get(n)) for n in sa.names()):
         raise UsageError(f"--load_sft_checkpoint_infer {a} holds other weights than --load_sft_checkpoint_train {b}; "
                          f"mindrl's rollout model takes its weights from the train model (pass the same checkpoint)")
@@ -129,12 +250,12 @@ def _same_weights(a: str, b: str) -> None:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    from mindrl.trainer.cli import train_main
     try:
         overrides = overrides_for(args)
     except UsageError as err:
-        print(f"ppo_one_stage.py: {err}", file=sys.stderr)
+        print("\n".join(f"ppo_one_stage.py: {line}" for line in str(err).splitlines()), file=sys.stderr)
         return 2
+    from mindrl.trainer.cli import train_main
     return train_main(["--config", args.config] + overrides)
 
 
