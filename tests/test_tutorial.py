@@ -1,5 +1,7 @@
 """The MindRLHF Qwen-PPO tutorial's command, as written, on the tiny model: rlhf_data.py makes the MindRecord,
-`mindrl train-rm` a reward model, then msrun runs ppo_one_stage.py with every flag of the tutorial."""
+`mindrl train-rm` a reward model, then msrun runs ppo_one_stage.py with every flag of the tutorial (slow); and the
+script's flag handling, flags to mindrl overrides, without training (fast)."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -9,8 +11,23 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-pytestmark = [pytest.mark.slow, pytest.mark.msrun]
 TUTORIAL = os.path.join(ROOT, "examples", "qwen_ppo_tutorial")
+SCRIPT = os.path.join(TUTORIAL, "ppo_one_stage.py")
+POLICY = os.path.join(ROOT, "examples", "tiny", "policy")  # an HF directory of the tiny model
+GENERATE_YAML = os.path.join(ROOT, "model_configs", "qwen_ppo", "generate_tiny.yaml")  # tp 2, seq 64, decode 6
+FINETUNE_YAML = os.path.join(ROOT, "model_configs", "qwen_ppo", "finetune_tiny.yaml")  # dp 2, tp 1
+slow = pytest.mark.slow
+msrun = pytest.mark.msrun
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("ppo_one_stage", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # defines the functions; training runs only under __main__
+    return module
+
+
+ppo_one_stage = load_script()
 
 
 def run(cmd, cwd, timeout=900):
@@ -59,6 +76,8 @@ def tutorial_command(d, only_save_strategy: str):
             "--only_save_strategy", only_save_strategy]
 
 
+@slow
+@msrun
 def test_tutorial_command_trains_ppo(work, tmp_path):
     res = run(tutorial_command(work, "False") + ["rl_config.train_iters=2", "logging.log_dir=./logs"], tmp_path)
     logs = "".join(p.read_text()[-3000:] for p in sorted((tmp_path / "qwen2_one_log").glob("worker_*.log")))
@@ -73,6 +92,8 @@ def test_tutorial_command_trains_ppo(work, tmp_path):
     assert rows[0]["timing/reward_model"] > 0 and rows[0]["timing/critic_model"] > 0
 
 
+@slow
+@msrun
 def test_tutorial_only_save_strategy_writes_every_role(work, tmp_path):
     res = run(tutorial_command(work, "True"), tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -80,3 +101,145 @@ def test_tutorial_only_save_strategy_writes_every_role(work, tmp_path):
     for stage in ("infer_policy", "train_policy", "train_critic", "train_ref", "infer_reward"):
         assert any(stage in name for name in written), (stage, written)
     assert not (tmp_path / "ckpt").exists()  # it exits before training
+
+
+# -- the script's flag handling (fast: flags to mindrl overrides, no MindSpore, no training) ---------------------------
+
+PATH_FLAGS = ("sft_path_infer", "sft_path_train", "reward_path", "critic_path", "mind_dataset_dir", "save_ckpt_dir",
+              "load_sft_checkpoint_infer", "load_sft_checkpoint_train", "load_rm_checkpoint", "load_critic_checkpoint",
+              "load_ref_checkpoint")
+
+
+def flags(tmp_path, **changes):
+    """The tutorial's flags on the tiny model (its yamls; its HF directory for every checkpoint, which is all the
+    script checks of them), with ``changes``; a value of None leaves the flag out."""
+    data = tmp_path / "data.mindrecord"
+    if not data.exists():  # the script checks that the MindRecord and its index exist; mindrl's preflight reads them
+        data.write_bytes(b"")
+        (tmp_path / "data.mindrecord.db").write_bytes(b"")
+    values = {"sft_path_infer": GENERATE_YAML, "sft_path_train": FINETUNE_YAML, "reward_path": GENERATE_YAML,
+              "critic_path": GENERATE_YAML, "mind_dataset_dir": str(data), "save_ckpt_dir": str(tmp_path / "ckpt"),
+              "use_parallel": "True", "load_sft_checkpoint_infer": POLICY, "load_sft_checkpoint_train": POLICY,
+              "load_rm_checkpoint": POLICY, "load_critic_checkpoint": POLICY, "load_ref_checkpoint": POLICY,
+              "enable_compile_cache": "False", "only_save_strategy": "False"}
+    values.update(changes)
+    return [arg for k, v in values.items() if v is not None for arg in (f"--{k}", v)]
+
+
+def config_for(tmp_path, world=2, extra=(), **changes):
+    """The mindrl training config the flags make under ``world`` msrun workers, as mindrl's loader validates it."""
+    from mindrl.config import load_train_config
+    args = ppo_one_stage.parse(flags(tmp_path, **changes) + list(extra))
+    return load_train_config(args.config, ppo_one_stage.overrides_for(args, world=world), check_paths=False)
+
+
+def refusal(tmp_path, world=2, **changes) -> str:
+    with pytest.raises(ppo_one_stage.UsageError) as err:
+        ppo_one_stage.overrides_for(ppo_one_stage.parse(flags(tmp_path, **changes)), world=world)
+    return str(err.value)
+
+
+def test_yaml_sft_paths_set_the_two_layouts_and_the_lengths(tmp_path):
+    cfg = config_for(tmp_path)
+    assert cfg.actor_config.model == FINETUNE_YAML
+    assert cfg.actor_config.tensor_model_parallel_size == 1  # finetune_tiny.yaml: dp 2 x mp 1
+    assert cfg.generate_config.infer_tensor_parallel_size == 2  # generate_tiny.yaml: dp 1 x mp 2
+    assert cfg.reward_config.tensor_model_parallel_size == cfg.critic_config.tensor_model_parallel_size == 2
+    assert (cfg.generate_config.max_prompt_length, cfg.generate_config.max_tokens) == (64 - 6, 6)
+    assert config_for(tmp_path, world=1).generate_config.infer_tensor_parallel_size == 1  # one process
+    message = refusal(tmp_path, world=4)  # dp x mp = 2 in the yamls
+    assert message.startswith("--sft_path_infer ") and "4 msrun workers" in message
+
+
+def test_hf_directories_for_both_sft_paths_get_tp_1_and_dp_world(tmp_path):
+    for world in (2, 4):
+        cfg = config_for(tmp_path, world=world, sft_path_infer=POLICY, sft_path_train=POLICY, reward_path=POLICY,
+                         critic_path=POLICY)
+        assert cfg.actor_config.model == POLICY
+        assert cfg.actor_config.tensor_model_parallel_size == 1
+        assert cfg.generate_config.infer_tensor_parallel_size == 1
+        assert cfg.reward_config.tensor_model_parallel_size == cfg.critic_config.tensor_model_parallel_size == 1
+    # an HF config.json has no response length: the lengths are --config's, or overrides after the flags
+    default = config_for(tmp_path)
+    args = ppo_one_stage.parse(flags(tmp_path, sft_path_infer=POLICY, sft_path_train=POLICY))
+    assert not any(o.startswith("generate_config.max_") for o in ppo_one_stage.overrides_for(args, world=2))
+    cfg = config_for(tmp_path, sft_path_infer=POLICY, sft_path_train=POLICY,
+                     extra=["generate_config.max_prompt_length=50", "generate_config.max_tokens=14",
+                            "generate_config.infer_tensor_parallel_size=2"])
+    assert (cfg.generate_config.max_prompt_length, cfg.generate_config.max_tokens) == (50, 14)
+    assert cfg.generate_config.infer_tensor_parallel_size == 2  # an override after the flags wins
+    assert (default.generate_config.max_prompt_length, default.generate_config.max_tokens) == (58, 6)
+
+
+def test_a_yaml_and_an_hf_directory_of_the_same_model_mix(tmp_path):
+    # generate_tiny.yaml says LlamaConfig with qkv_has_bias (MindFormers' way to write Qwen2); the directory says qwen2
+    cfg = config_for(tmp_path, sft_path_train=POLICY)
+    assert cfg.actor_config.model == POLICY and cfg.actor_config.tensor_model_parallel_size == 1
+    assert cfg.generate_config.infer_tensor_parallel_size == 2
+    assert (cfg.generate_config.max_prompt_length, cfg.generate_config.max_tokens) == (58, 6)
+    cfg = config_for(tmp_path, sft_path_infer=POLICY, sft_path_train=GENERATE_YAML)
+    assert cfg.actor_config.model == GENERATE_YAML and cfg.actor_config.tensor_model_parallel_size == 2
+    assert cfg.generate_config.infer_tensor_parallel_size == 1
+    assert (cfg.generate_config.max_prompt_length, cfg.generate_config.max_tokens) == (58, 6)  # the train yaml's
+
+
+def test_sft_paths_of_different_models_are_refused_naming_both_flags(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    doc = json.load(open(os.path.join(POLICY, "config.json")))
+    (other / "config.json").write_text(json.dumps(dict(doc, num_hidden_layers=3)))
+    import yaml
+    with open(GENERATE_YAML) as fh:
+        wider = yaml.safe_load(fh)
+    wider["model"]["model_config"]["intermediate_size"] = 256
+    (tmp_path / "wider.yaml").write_text(yaml.safe_dump(wider))
+    for changes, difference in (({"sft_path_infer": str(other)}, "num_layers 3 vs 2"),  # HF dir and yaml
+                                ({"sft_path_infer": str(other), "sft_path_train": POLICY}, "num_layers 3 vs 2"),
+                                ({"sft_path_infer": str(tmp_path / "wider.yaml")}, "intermediate_size 256 vs 512")):
+        message = refusal(tmp_path, **changes)
+        assert "--sft_path_infer" in message and "--sft_path_train" in message, message
+        assert difference in message, message
+
+
+@pytest.mark.parametrize("flag", ["use_parallel", "enable_compile_cache", "only_save_strategy"])
+def test_boolean_flags_take_the_strings_true_and_false_only(tmp_path, capsys, flag):
+    for text, value in (("True", True), ("False", False), ("true", True), ("false", False)):
+        assert getattr(ppo_one_stage.parse(flags(tmp_path, **{flag: text})), flag) is value
+    with pytest.raises(SystemExit) as stop:
+        ppo_one_stage.parse(flags(tmp_path, **{flag: "yes"}))
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert f"--{flag}" in error and "'yes'" in error, error
+
+
+def test_boolean_flags_reach_the_config(tmp_path):
+    on = config_for(tmp_path, enable_compile_cache="True", only_save_strategy="True")
+    off = config_for(tmp_path)
+    assert on.runtime.enable_compile_cache is True and on.runtime.only_save_strategy is True
+    assert off.runtime.enable_compile_cache is False and off.runtime.only_save_strategy is False
+    assert refusal(tmp_path, use_parallel="False").startswith("--use_parallel False, but msrun started 2 workers")
+    assert config_for(tmp_path, world=1, use_parallel="False").actor_config.tensor_model_parallel_size == 1
+
+
+@pytest.mark.parametrize("flag", PATH_FLAGS)
+def test_a_bad_path_is_named_by_its_flag(tmp_path, flag):
+    bad = str(tmp_path / "missing" / "x")
+    if flag == "save_ckpt_dir":  # a directory under a file can never be made
+        (tmp_path / "a_file").write_text("")
+        bad = str(tmp_path / "a_file" / "ckpt")
+    lines = refusal(tmp_path, **{flag: bad}).splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"--{flag}: ") and bad in lines[0], lines
+
+
+def test_missing_rm_checkpoint_exits_2_naming_the_flag_before_mindspore(tmp_path):
+    fake = tmp_path / "no_mindspore" / "mindspore"  # importing MindSpore fails in this subprocess
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('ppo_one_stage.py imported mindspore')\n")
+    env = dict(os.environ, GLOG_v="3", PYTHONPATH=str(fake.parent))
+    rm = str(tmp_path / "runs" / "rm")
+    for changes, expected in (({"load_rm_checkpoint": rm}, f"--load_rm_checkpoint: checkpoint not found: {rm!r}"),
+                              ({"load_rm_checkpoint": None}, "--load_rm_checkpoint: required")):
+        res = subprocess.run([sys.executable, SCRIPT] + flags(tmp_path, **changes), cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 2, res.stderr
+        assert expected in res.stderr and "Traceback" not in res.stderr, res.stderr
