@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mindrl.data import handlers
-from mindrl.data.preprocess import PreprocessError, cli_main, load_config, preprocess
+from mindrl.data.preprocess import PreprocessConfigError, PreprocessError, cli_main, load_config, preprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "examples", "tiny", "tokenizer")
@@ -40,6 +40,15 @@ def write_jsonl(path, rows):
         for row in rows:
             f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
     return str(path)
+
+
+def _config_file(tmp_path, **keys):
+    """A yaml for the CLI: one row of the tiny task, output under tmp_path/o; ``keys`` override."""
+    keys = {"input": str(write_jsonl(tmp_path / "d.jsonl", [{"prompt": "1+1=", "labels": "2"}])),
+            "tokenizer_name_or_path": TINY, "output_prefix": f"{tmp_path}/o/data", "handler_name": "prompt", **keys}
+    config = tmp_path / "c.yaml"
+    config.write_text("".join(f"{k}: {v}\n" for k, v in keys.items()))
+    return str(config)
 
 
 def run(tmp_path, strict=False, overwrite=False, **cfg):
@@ -244,6 +253,66 @@ def test_strict_names_file_and_line_and_writes_nothing(tmp_path):
     assert leftovers(tmp_path / "out") == []
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_non_utf8_line_is_one_bad_row(tmp_path, caplog, sp, workers):
+    """A line that is not UTF-8 (here Latin-1) is skipped and counted with its line number; the other lines,
+    including a first line behind a byte-order mark, are kept; --strict stops at it."""
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"prompt": "01+02=", "labels": "3"}).encode() + b"\n"
+                     + b'{"prompt": "caf\xe9 1+1=", "labels": "2"}\n'
+                     + json.dumps({"prompt": "2+2=", "labels": "4"}).encode() + b"\r\n")
+    with caplog.at_level(logging.WARNING, logger="mindrl.data.preprocess"):
+        summary = run(tmp_path, input=str(path), handler_name="prompt", prompt_type="empty", workers=workers)
+    assert (summary.read, summary.written, dict(summary.skipped)) == (3, 2, {"not_utf8": 1})
+    assert f"{path}:2: not_utf8 (byte 16 of the line is b'\\xe9', not valid UTF-8)" in caplog.text
+    back = read_back(summary.output)
+    assert [r["prompt_ids"].tolist() for r in back] == [sp.encode("01+02="), sp.encode("2+2=")]
+    with pytest.raises(PreprocessError, match=rf"{path}:2: not_utf8"):
+        run(tmp_path, strict=True, overwrite=True, input=str(path), handler_name="prompt", prompt_type="empty")
+
+
+def test_non_utf8_json_array_names_file_and_line(tmp_path, capsys):
+    """A JSON array cannot lose one row: the file and line are named, exit 1, nothing is left behind."""
+    path = tmp_path / "rows.json"
+    path.write_bytes(b'[\n  {"prompt": "1+1=", "labels": "2"},\n  {"prompt": "caf\xe9", "labels": "2"}\n]\n')
+    assert cli_main(["--config", _config_file(tmp_path, input=path)]) == 1
+    assert f"{path}:3: not valid UTF-8" in capsys.readouterr().err
+    assert os.listdir(tmp_path / "o") == []
+
+
+def _corrupt_parquet(tmp_path, kind):
+    """A parquet file that fails to open ("truncated": no footer) or halfway through ("bad_page": the last
+    row group's pages overwritten, its footer intact)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = tmp_path / f"{kind}.parquet"
+    rows = [{"prompt": f"{i:04d}+1=" + "x" * 40, "labels": str(i + 1)} for i in range(3000)]
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=1200)
+    data = bytearray(path.read_bytes())
+    if kind == "truncated":
+        del data[len(data) // 2:]
+    else:
+        meta = pq.ParquetFile(path).metadata
+        last = meta.row_group(meta.num_row_groups - 1)
+        for c in range(last.num_columns):
+            start = last.column(c).data_page_offset
+            data[start + 16:start + 200] = bytes(range(184))
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["truncated", "bad_page"])
+def test_corrupt_parquet_names_the_file_and_leaves_nothing(tmp_path, capsys, kind):
+    path = _corrupt_parquet(tmp_path, kind)
+    assert cli_main(["--config", _config_file(tmp_path, input=path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]     # the error is one line, the last
+    assert err.startswith(f"mindrl preprocess: error: {path}: cannot read parquet (" if kind == "truncated" else
+                          f"mindrl preprocess: error: {path}: cannot read parquet after record 2048 (")
+    assert err.endswith(")")
+    # with bad_page, two batches of 1024 rows were read and written to the staging directory first
+    assert os.listdir(tmp_path / "o") == []   # no staging directory, no partial output
+
+
 def test_length_limits_filter_and_count(tmp_path, sp):
     rows = [{"prompt": "1" * n, "labels": "x"} for n in (3, 10, 4, 20)]
     summary = run(tmp_path, strict=True, input=write_jsonl(tmp_path / "len.jsonl", rows), handler_name="prompt",
@@ -259,7 +328,7 @@ def test_existing_output_is_refused_then_overwritten(tmp_path, capsys):
                       f"handler_name: prompt\n")
     assert cli_main(["--config", str(config)]) == 0
     first = os.path.getmtime(tmp_path / "o" / "data.mindrecord")
-    assert cli_main(["--config", str(config)]) == 1
+    assert cli_main(["--config", str(config)]) == 2      # a usage error: nothing was read
     assert "already exists" in capsys.readouterr().err
     assert os.path.getmtime(tmp_path / "o" / "data.mindrecord") == first
     write_jsonl(tmp_path / "d.jsonl", [{"prompt": "1+1=", "labels": "2"}, {"prompt": "2+2=", "labels": "4"}])
@@ -349,7 +418,7 @@ def test_no_rows_is_an_error(tmp_path):
 # ----------------------------------------------------------------------------------------- config
 def test_config_errors(tmp_path, caplog):
     base = {"input": "x.jsonl", "tokenizer_name_or_path": TINY, "output_prefix": "o"}
-    with pytest.raises(PreprocessError, match="unknown config key 'promt_type'"):
+    with pytest.raises(PreprocessConfigError, match="unknown config key 'promt_type'"):
         load_config(None, extra={**base, "promt_type": "qwen"})
     with pytest.raises(PreprocessError, match="workers must be an integer"):
         load_config(None, extra={**base, "workers": "two"})
@@ -368,8 +437,66 @@ def test_config_errors(tmp_path, caplog):
     config.write_text("input: a.jsonl\noutput_prefix: o\ntokenizer_name_or_path: t\nbogus: 1\n")
     with pytest.raises(PreprocessError, match=rf"'bogus' in {config}"):
         load_config(str(config))
-    with pytest.raises(PreprocessError, match="input file or directory not found"):
+    with pytest.raises(PreprocessConfigError, match="input file or directory not found"):
         run(tmp_path, input=str(tmp_path / "missing.jsonl"))
+
+
+def test_overrides_before_between_and_after_flags(tmp_path, sp):
+    data = write_jsonl(tmp_path / "questions.jsonl", [{"question": "1+1=", "labels": "2"}])
+    config = _config_file(tmp_path, input="missing.jsonl")
+    argv = [f"input={data}", "--config", config, "map_keys.prompt=question", "--strict", "--overwrite",
+            f"output_prefix={tmp_path}/o/other"]
+    assert cli_main(argv) == 0
+    assert [r["prompt_ids"].tolist() for r in read_back(tmp_path / "o" / "other.mindrecord")] == [sp.encode("1+1=")]
+    assert not os.path.exists(tmp_path / "o" / "data.mindrecord")
+
+
+USAGE_ERRORS = {  # argv after "--config c.yaml" (or the config's keys) -> the message
+    "unknown key": (["promt_type=qwen"], "unknown config key 'promt_type'"),
+    "bad value": (["workers=two"], "workers must be an integer >= 1, got 'two'"),
+    "override without =": (["workers"], "override 'workers' must look like key=value"),
+    "override not yaml": (["map_keys={prompt: q"], "override 'map_keys={prompt: q'"),
+    "missing input": (["input=nowhere.jsonl"], "nowhere.jsonl: input file or directory not found"),
+    "unsupported input": (["input=c.yaml"], "unsupported input type"),
+    "missing tokenizer": (["tokenizer_name_or_path=no_tokenizer_here"], "no_tokenizer_here"),
+    "missing config": (None, "config file not found"),
+}
+
+
+@pytest.mark.parametrize("case", USAGE_ERRORS)
+def test_usage_and_config_errors_exit_2(tmp_path, capsys, monkeypatch, case):
+    monkeypatch.chdir(tmp_path)
+    extra, message = USAGE_ERRORS[case]
+    config = _config_file(tmp_path) if extra is not None else str(tmp_path / "absent.yaml")
+    assert cli_main(["--config", config, *(extra or [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("mindrl preprocess: error: ") and message in err, err
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_bad_arguments_exit_2(tmp_path, capsys):
+    for argv in ([], ["--config"], ["--config", "c.yaml", "--bogus"]):
+        with pytest.raises(SystemExit) as exc:
+            cli_main(argv)
+        assert exc.value.code == 2, argv
+    assert "--config" in capsys.readouterr().err
+
+
+def test_runtime_failures_exit_1(tmp_path, capsys):
+    config = _config_file(tmp_path, input=write_jsonl(tmp_path / "bad.jsonl", ["{oops", "[1]"]))
+    assert cli_main(["--config", config]) == 1
+    assert "no rows written" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert cli_main(["--config", config, "--strict"]) == 1
+    assert f"{tmp_path / 'bad.jsonl'}:1: malformed_json" in capsys.readouterr().err
+
+
+def test_exit_status_through_the_mindrl_command(tmp_path):
+    config = _config_file(tmp_path, input=str(tmp_path / "nowhere.jsonl"))
+    res = subprocess.run([sys.executable, "-m", "mindrl.cli", "preprocess", "--config", config], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    missing = tmp_path / "nowhere.jsonl"
+    assert res.stderr.strip() == f"mindrl preprocess: error: {missing}: input file or directory not found"
 
 
 def test_overrides(tmp_path):
@@ -395,7 +522,7 @@ def test_preprocess_data_sh_tiny_math(tmp_path, sp):
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_tiny_tokenizer.py"), "--out",
                     str(tmp_path / "tok"), "--write-data", str(data), "--rows", "50"], check=True, capture_output=True)
     proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "preprocess_data.sh"), "tiny_math",
-                           f"input={data}", f"output_prefix={tmp_path}/tiny"],
+                           f"input={data}", "--overwrite", f"output_prefix={tmp_path}/tiny"],
                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr
     back = read_back(tmp_path / "tiny.mindrecord")

@@ -26,7 +26,8 @@ from .handlers import BadRow, Filtered, HandlerContext, get_handler
 from .templates import get_template
 from .tokenizer import load_tokenizer
 
-__all__ = ["PreprocessError", "PreprocessSummary", "load_config", "preprocess", "cli_main", "DEFAULTS"]
+__all__ = ["PreprocessError", "PreprocessConfigError", "PreprocessSummary", "load_config", "preprocess", "cli_main",
+           "DEFAULTS"]
 
 logger = logging.getLogger("mindrl.data.preprocess")
 
@@ -66,7 +67,13 @@ MAX_LOGGED_BAD_ROWS = 100
 
 
 class PreprocessError(RuntimeError):
-    """A configuration or data error, reported without a traceback by the CLI."""
+    """A data or runtime error (unreadable input, a bad row under --strict, no rows written), reported in one
+    line by the CLI, which exits 1."""
+
+
+class PreprocessConfigError(PreprocessError):
+    """A usage or configuration error found before any row is read (unknown key, bad value, missing input file,
+    an output that exists without --overwrite, a tokenizer that does not load): the CLI exits 2."""
 
 
 @dataclass
@@ -86,9 +93,13 @@ class PreprocessSummary:
 # ---------------------------------------------------------------------------------------- config
 def _parse_override(text: str) -> tuple[str, object]:
     if "=" not in text:
-        raise PreprocessError(f"override {text!r} must look like key=value")
+        raise PreprocessConfigError(f"override {text!r} must look like key=value")
     key, value = text.split("=", 1)
-    return key.strip(), yaml.safe_load(value) if value.strip() else ""
+    try:
+        return key.strip(), yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or "invalid value"
+        raise PreprocessConfigError(f"override {text!r}: {problem}; quote the value if it is text") from None
 
 
 def load_config(path: str | None, overrides: list[str] = (), extra: dict | None = None) -> dict:
@@ -99,11 +110,11 @@ def load_config(path: str | None, overrides: list[str] = (), extra: dict | None 
             with open(path, encoding="utf-8") as f:
                 raw = yaml.safe_load(f) or {}
         except FileNotFoundError:
-            raise PreprocessError(f"{path}: config file not found") from None
+            raise PreprocessConfigError(f"{path}: config file not found") from None
         except yaml.YAMLError as e:
-            raise PreprocessError(f"{path}: invalid yaml ({e})") from None
+            raise PreprocessConfigError(f"{path}: invalid yaml ({e})") from None
         if not isinstance(raw, dict):
-            raise PreprocessError(f"{path}: expected a mapping of keys to values")
+            raise PreprocessConfigError(f"{path}: expected a mapping of keys to values")
     raw.update(extra or {})
     for text in overrides:
         key, value = _parse_override(text)
@@ -111,15 +122,15 @@ def load_config(path: str | None, overrides: list[str] = (), extra: dict | None 
             head, sub = key.split(".", 1)
             raw.setdefault(head, {})
             if not isinstance(raw[head], dict):
-                raise PreprocessError(f"override {text!r}: {head} is not a mapping")
+                raise PreprocessConfigError(f"override {text!r}: {head} is not a mapping")
             raw[head] = dict(raw[head], **{sub: value})
         else:
             raw[key] = value
     where = f" in {path}" if path else ""
     unknown = sorted(set(raw) - set(DEFAULTS) - IGNORED)
     if unknown:
-        raise PreprocessError(f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
-                              f"{where}; known keys: {', '.join(DEFAULTS)}")
+        raise PreprocessConfigError(f"unknown config key{'s' if len(unknown) > 1 else ''} "
+                                    f"{', '.join(map(repr, unknown))}{where}; known keys: {', '.join(DEFAULTS)}")
     ignored = sorted(k for k in set(raw) & IGNORED)
     if ignored:
         logger.warning("ignoring MindSpeed-RL key(s) with no effect in mindrl: %s", ", ".join(ignored))
@@ -131,16 +142,16 @@ def load_config(path: str | None, overrides: list[str] = (), extra: dict | None 
 def _validate(cfg: dict, where: str):
     for key in ("input", "output_prefix"):
         if not cfg[key]:
-            raise PreprocessError(f"{key} is required{where}")
+            raise PreprocessConfigError(f"{key} is required{where}")
     if not cfg["tokenizer_name_or_path"] and not cfg["vocab_file"]:
-        raise PreprocessError(f"tokenizer_name_or_path is required{where}")
+        raise PreprocessConfigError(f"tokenizer_name_or_path is required{where}")
 
     def check_int(key, minimum):
         value = cfg[key]
         if value is None:
             return
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise PreprocessError(f"{key} must be an integer >= {minimum}, got {value!r}{where}")
+            raise PreprocessConfigError(f"{key} must be an integer >= {minimum}, got {value!r}{where}")
 
     check_int("workers", 1)
     check_int("log_interval", 1)
@@ -149,27 +160,27 @@ def _validate(cfg: dict, where: str):
     check_int("seed", 0)
     check_int("pad_token_id", 0)
     if cfg["map_keys"] is not None and not isinstance(cfg["map_keys"], dict):
-        raise PreprocessError(f"map_keys must be a mapping like {{prompt: problem, response: answer}}{where}")
+        raise PreprocessConfigError(f"map_keys must be a mapping like {{prompt: problem, response: answer}}{where}")
     for role, key in (cfg["map_keys"] or {}).items():
         if key is not None and not isinstance(key, str):
-            raise PreprocessError(f"map_keys.{role} must be a string key, got {key!r}{where}")
+            raise PreprocessConfigError(f"map_keys.{role} must be a string key, got {key!r}{where}")
     keys = cfg["dataset_additional_keys"]
     if isinstance(keys, str):
         cfg["dataset_additional_keys"] = keys = [keys]
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-        raise PreprocessError(f"dataset_additional_keys must be a list of key names{where}")
+        raise PreprocessConfigError(f"dataset_additional_keys must be a list of key names{where}")
     for key in ("append_eod", "pad_to_max_length"):
         if not isinstance(cfg[key], bool):
-            raise PreprocessError(f"{key} must be true or false{where}")
+            raise PreprocessConfigError(f"{key} must be true or false{where}")
     if cfg["pad_to_max_length"] and not (cfg["max_prompt_length"] and cfg["seq_length"]):
-        raise PreprocessError(f"pad_to_max_length needs max_prompt_length and seq_length{where}")
+        raise PreprocessConfigError(f"pad_to_max_length needs max_prompt_length and seq_length{where}")
     if cfg["enable_thinking"] is not None and not isinstance(cfg["enable_thinking"], bool):
-        raise PreprocessError(f"enable_thinking must be true, false or null{where}")
+        raise PreprocessConfigError(f"enable_thinking must be true, false or null{where}")
     try:
         get_handler(cfg["handler_name"])
         get_template(cfg["prompt_type"], cfg["prompt_type_path"])
     except ValueError as e:
-        raise PreprocessError(f"{e}{where}") from None
+        raise PreprocessConfigError(f"{e}{where}") from None
 
 
 def output_path(cfg: dict) -> str:
@@ -211,14 +222,25 @@ def _init_worker(cfg: dict, barrier=None):
         barrier.wait(timeout=300)
 
 
+def _decode_line(raw: bytes, line: int) -> str:
+    try:
+        # a byte-order mark is allowed at the start of the file only
+        return raw.decode("utf-8-sig" if line == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        raise BadRow("not_utf8", f"byte {e.start + 1} of the line is {raw[e.start:e.start + 1]!r}, "
+                                 f"not valid UTF-8") from None
+
+
 def _process_chunk(items: list) -> tuple[int, list]:
-    """items: (source, line, raw) where raw is a json line (str) or an already parsed row.
+    """items: (source, line, raw) where raw is a json line (bytes) or an already parsed row.
     Returns (pid, results) with results in order: ("ok", fields) or
     ("bad"/"filtered", source, line, reason, detail)."""
     handler = _CTX
     out = []
     for source, line, raw in items:
         try:
+            if isinstance(raw, bytes):
+                raw = _decode_line(raw, line)
             if isinstance(raw, str):
                 try:
                     raw = json.loads(raw)
@@ -239,53 +261,87 @@ def input_files(path: str) -> list[str]:
     if os.path.isdir(path):
         files = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(INPUT_SUFFIXES))
         if not files:
-            raise PreprocessError(f"{path}: no {', '.join(INPUT_SUFFIXES)} files in this directory")
+            raise PreprocessConfigError(f"{path}: no {', '.join(INPUT_SUFFIXES)} files in this directory")
         return files
     if not os.path.isfile(path):
-        raise PreprocessError(f"{path}: input file or directory not found")
+        raise PreprocessConfigError(f"{path}: input file or directory not found")
     if not path.endswith(INPUT_SUFFIXES):
-        raise PreprocessError(f"{path}: unsupported input type; use {', '.join(INPUT_SUFFIXES)}")
+        raise PreprocessConfigError(f"{path}: unsupported input type; use {', '.join(INPUT_SUFFIXES)}")
     return [path]
 
 
+def _parquet_error(path: str, where: str, e: Exception) -> PreprocessError:
+    reason = " ".join(str(e).split())           # pyarrow's messages span lines; the CLI prints one
+    return PreprocessError(f"{path}: cannot read parquet{where} ({reason})")
+
+
+def _open_parquet(path: str):
+    import pyarrow.parquet as pq
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, ValueError) as e:          # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
+        raise _parquet_error(path, "", e) from None
+
+
 def _count_rows(path: str) -> int | None:
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-        return pq.ParquetFile(path).metadata.num_rows
-    return None
+    return _open_parquet(path).metadata.num_rows if path.endswith(".parquet") else None
+
+
+def _parquet_rows(path: str):
+    batches = _open_parquet(path).iter_batches(batch_size=1024)
+    n = 0
+    while True:
+        try:                                     # decoding errors surface batch by batch
+            batch = next(batches, None)
+            rows = [] if batch is None else batch.to_pylist()
+        except (OSError, ValueError) as e:
+            raise _parquet_error(path, f" after record {n}", e) from None
+        if batch is None:
+            return
+        for row in rows:
+            n += 1
+            yield path, n, row
+
+
+def _json_array(path: str, data: bytes) -> list:
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise PreprocessError(f"{path}:{line}: not valid UTF-8 ({e.reason} at byte {e.start}); a JSON array "
+                              f"cannot skip one row") from None
+    except json.JSONDecodeError as e:
+        raise PreprocessError(f"{path}:{e.lineno}: invalid JSON array ({e.msg})") from None
+
+
+def _first_byte(path: str) -> bytes:
+    """The first byte after any byte-order mark and whitespace (b"" for an empty file)."""
+    with open(path, "rb") as f:
+        chunk = f.read(4096).removeprefix(b"\xef\xbb\xbf")
+        while chunk:
+            chunk = chunk.lstrip(b" \t\r\n")
+            if chunk:
+                return chunk[:1]
+            chunk = f.read(4096)
+    return b""
 
 
 def iter_rows(path: str):
     """Yield (path, line_or_record_number, raw) for one input file. For .jsonl the number is the
-    line; for .json lists and .parquet it is the 1-based record index."""
+    line and raw the line's bytes (decoded by the worker, so that a line that is not UTF-8 is one
+    bad row); for .json lists and .parquet it is the 1-based record index and raw the parsed row."""
     if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-        try:
-            pf = pq.ParquetFile(path)
-        except Exception as e:
-            raise PreprocessError(f"{path}: cannot read parquet ({e})") from None
-        n = 0
-        for batch in pf.iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                n += 1
-                yield path, n, row
+        yield from _parquet_rows(path)
         return
     if path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            head = f.read(1)
-            while head and head.isspace():
-                head = f.read(1)
-        if head == "[":
-            try:
-                with open(path, encoding="utf-8") as f:
-                    rows = json.load(f)
-            except json.JSONDecodeError as e:
-                raise PreprocessError(f"{path}:{e.lineno}: invalid JSON array ({e.msg})") from None
+        if _first_byte(path) == b"[":
+            with open(path, "rb") as f:
+                rows = _json_array(path, f.read())
             for i, row in enumerate(rows, 1):
                 yield path, i, row
             return
         # otherwise a .json file holding JSON lines (common for DeepScaleR mirrors)
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         for lineno, line in enumerate(f, 1):
             if line.strip():
                 yield path, lineno, line
@@ -330,8 +386,15 @@ def _results(cfg: dict, files: list[str]):
 def _check_output(out: str, overwrite: bool):
     existing = [p for p in (out, out + ".db") if os.path.exists(p)]
     if existing and not overwrite:
-        raise PreprocessError(f"{existing[0]} already exists; pass --overwrite to replace it")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        raise PreprocessConfigError(f"{existing[0]} already exists; pass --overwrite to replace it")
+
+
+def _make_output_dir(out: str):
+    directory = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise PreprocessConfigError(f"output_prefix: cannot create {directory} ({e.strerror})") from None
 
 
 class _AtomicMindRecord:
@@ -350,11 +413,15 @@ class _AtomicMindRecord:
         self.tmp_dir = staging_path(out)
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
         os.makedirs(self.tmp_dir)
-        self.writer = FileWriter(os.path.join(self.tmp_dir, self.base), shard_num=1, overwrite=True)
-        # The defaults (16 MB header + 32 MB pages) make even a 10-row file 50 MB.
-        self.writer.set_header_size(1 << 22)
-        self.writer.set_page_size(1 << 22)
-        self.writer.add_schema(schema, "mindrl")
+        try:
+            self.writer = FileWriter(os.path.join(self.tmp_dir, self.base), shard_num=1, overwrite=True)
+            # The defaults (16 MB header + 32 MB pages) make even a 10-row file 50 MB.
+            self.writer.set_header_size(1 << 22)
+            self.writer.set_page_size(1 << 22)
+            self.writer.add_schema(schema, "mindrl")
+        except BaseException:
+            self.discard()
+            raise
 
     def write(self, rows: list):
         n = len(rows)
@@ -409,14 +476,24 @@ class _Progress:
 
 
 def preprocess(cfg: dict, strict: bool = False, overwrite: bool = False) -> PreprocessSummary:
-    """Run one preprocessing job described by a validated config (see :func:`load_config`)."""
+    """Run one preprocessing job described by a validated config (see :func:`load_config`).
+
+    Raises :class:`PreprocessConfigError` for what is wrong before any row is read, and
+    :class:`PreprocessError` (or the error itself) for what fails later; either way no output or
+    staging directory is left behind.
+    """
     files = input_files(str(cfg["input"]))
     out = output_path(cfg)
     _check_output(out, overwrite)
-    schema = _build_handler(cfg).schema()     # fails fast on a bad tokenizer or template
+    try:
+        schema = _build_handler(cfg).schema()     # fails fast on a bad tokenizer or template
+    except (PreprocessError, ValueError, OSError) as e:
+        raise PreprocessConfigError(str(e)) from None
+    _make_output_dir(out)
+    total = _count_rows(files[0]) if len(files) == 1 else None   # also: a parquet footer that does not read
     summary = PreprocessSummary(output=out)
     output = _AtomicMindRecord(out, schema)
-    progress = _Progress(summary, cfg["log_interval"], _count_rows(files[0]) if len(files) == 1 else None)
+    progress = _Progress(summary, cfg["log_interval"], total)
     results = _results(cfg, files)
     try:
         buffer = []
@@ -463,12 +540,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="yaml file (configs/datasets/<name>.yaml)")
     p.add_argument("--strict", action="store_true", help="stop at the first bad row (file:line) instead of skipping it")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="override yaml keys, e.g. workers=2")
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="override yaml keys, e.g. workers=2 (before or after the flags)")
     return p
 
 
 def cli_main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    """Exit status: 0 done, 2 usage or config error (nothing read), 1 failure while reading or writing."""
+    args = _parser().parse_intermixed_args(argv)   # key=value may come before, between or after the flags
     if not logging.getLogger().handlers and not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
@@ -478,6 +557,9 @@ def cli_main(argv=None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         summary = preprocess(cfg, strict=args.strict, overwrite=args.overwrite)
+    except PreprocessConfigError as e:
+        print(f"mindrl preprocess: error: {e}", file=sys.stderr)
+        return 2
     except (PreprocessError, ValueError, OSError) as e:
         print(f"mindrl preprocess: error: {e}", file=sys.stderr)
         return 1
