@@ -79,8 +79,16 @@ stop_job() {  # TAG [LEADER]: SIGTERM to every process of the job (and LEADER's 
 }
 
 watchdog() {  # LAUNCHER_PID LAUNCHER_START TAG LOG: when the launcher is gone (even SIGKILL), stop its job
+  local nap=""
   trap '' INT HUP  # in its own session; only a signal sent to it by pid reaches it
-  while proc_stat "$1" && [ "${PSTAT[0]}" != Z ] && [ "${PSTAT[19]}" = "$2" ]; do sleep "$POLL_INTERVAL"; done
+  # SIGTERM from the launcher: the job is over, quit at once (wait returns on a trapped signal; the nap goes too)
+  trap '[ -n "$nap" ] && kill "$nap" 2>/dev/null; exit 0' TERM
+  while proc_stat "$1" && [ "${PSTAT[0]}" != Z ] && [ "${PSTAT[19]}" = "$2" ]; do
+    sleep "$POLL_INTERVAL" &
+    nap=$!
+    wait "$nap"
+  done
+  trap - TERM
   if [ -n "$(job_pids "$3")" ]; then
     echo "msrun_launch: the launcher (pid $1) is gone; its watchdog is stopping the job" >>"$4"
     stop_job "$3"
@@ -196,9 +204,13 @@ trap 'stop_and_exit "interrupted by SIGTERM" 143' TERM
 trap 'stop_and_exit "interrupted by SIGHUP" 129' HUP
 
 # The watchdog is in its own session, so a signal to our process group or a closed terminal leaves it
-# to do its job; it has no tag itself and holds none of our output streams.
+# to do its job; it has no tag itself and holds none of our output streams. Every exit of ours that
+# runs (all but SIGKILL) comes after the job is stopped, and stops the watchdog and waits for it, so
+# that nothing started here outlives the launcher.
 setsid bash "${BASH_SOURCE[0]}" --watchdog "$$" "$LAUNCHER_START" "$JOB_TAG" "$MSRUN_LOG" \
   </dev/null >/dev/null 2>&1 &
+WATCHDOG_PID=$!
+trap 'kill -s TERM "$WATCHDOG_PID" 2>/dev/null; wait "$WATCHDOG_PID" 2>/dev/null' EXIT
 # msrun gets its own session so that one signal reaches it, its scheduler and its log tails; with
 # --pdeathsig the kernel sends it SIGINT (msrun then kills its workers) the moment the launcher dies
 PDEATH=()

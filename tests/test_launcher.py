@@ -115,13 +115,14 @@ def job_env(tmp_path, **extra):
 
 
 def launch(tmp_path, script_text, *args, timeout=60, watch=None, signal_when_seen=None, command=None,
-           gone_within=10, **extra_env):
+           gone_within=0, **extra_env):
     """Run the launcher on a script (or run ``command``, e.g. a wrapper script, in a new session).
 
     Returns (rc, stdout, stderr, elapsed, seconds from `watch` = (log name, text) appearing to the
     launcher's exit, log dir). With ``signal_when_seen`` = signal or callable(proc) the launcher gets
-    that signal (or the callable runs) once `watch` is seen. Every process of the job must be gone
-    within ``gone_within`` seconds of the launcher's exit.
+    that signal (or the callable runs) once `watch` is seen. Every process of the job, the launcher's
+    watchdog included, must be gone within ``gone_within`` seconds of the launcher's exit: by default
+    when it exits, since a launcher that is not SIGKILLed waits for all it started.
     """
     script = tmp_path / "job.py"
     script.write_text(script_text)
@@ -207,7 +208,7 @@ def test_signal_stops_every_process(tmp_path, entry, sig, status):
     if entry == "run_grpo":
         env, command = run_grpo_on_sleeper(tmp_path), ["bash", RUN_GRPO]
     rc, out, err, elapsed, after_seen, _ = launch(tmp_path, SLEEPER, watch=("worker_1.log", "ready 1"),
-                                                  signal_when_seen=sig, command=command, gone_within=3, **env)
+                                                  signal_when_seen=sig, command=command, **env)
     assert rc == status, err
     assert f"interrupted by {sig.name}: stopping the job" in err
     assert after_seen is not None and after_seen < 8, f"{after_seen} s from {sig.name} to the launcher's exit"
@@ -249,7 +250,7 @@ def test_killed_wrapper_script_stops_the_job(tmp_path, sig):
     (tmp_path / "wrapper.sh").write_text(WRAPPER)
     rc, out, err, elapsed, after_seen, _ = launch(
         tmp_path, SLEEPER, watch=("worker_1.log", "ready 1"), signal_when_seen=sig,
-        command=["bash", str(tmp_path / "wrapper.sh"), RUN_GRPO], gone_within=3, **env)
+        command=["bash", str(tmp_path / "wrapper.sh"), RUN_GRPO], **env)
     assert rc == -sig
     assert "the launcher's parent" in err and "exited: stopping the job" in err
     assert "wrapper: after" not in out
