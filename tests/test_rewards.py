@@ -112,7 +112,7 @@ def test_inner_math_verify_timeout_avoids_restart():
 
 
 def test_reward_computer_counts_math_timeouts():
-    rc = RewardComputer(["math_acc"], [1.0], math_timeout=1.0)
+    rc = RewardComputer(["math_acc"], [1.0], timeout=1.0)
     try:
         out = rc([HANG, "\\boxed{2}"], ["1", "2"])
         assert out.scores.tolist() == [0.0, 1.0]
@@ -221,7 +221,7 @@ def test_weighted_sum_and_per_verifier_scores():
 
 
 def test_reward_computer_validation():
-    with pytest.raises(ValueError, match=r"unknown verifier_function 'bogus'.*format.*last_number.*math_acc"):
+    with pytest.raises(ValueError, match=r"verifier_function: unknown verifier 'bogus'.*format.*last_number.*math_acc"):
         RewardComputer(["format", "bogus"], [1.0, 1.0])
     with pytest.raises(ValueError, match="verifier_function.*verifier_weight"):
         RewardComputer(["format", "last_number"], [1.0])

@@ -94,7 +94,11 @@ class RLConfig:
     verifier_weight: list[float] | None = _opt(None, help="weight of each verifier; null = 1.0 each")
     custom_reward_file: str | None = _opt(None, path=True,
                                           help="python file with extra reward functions")
-    verifier_timeout: float = _opt(5.0, gt=0.0, help="seconds allowed per reward call")
+    verifier_timeout: float = _opt(5.0, gt=0.0, help="seconds one reward call (any verifier, built-in or "
+                                   "custom, one sample) may take before it is abandoned")
+    reward_fallback: float | None = _opt(None, help="score of a sample whose reward call failed (raised, timed "
+                                         "out, returned a non-number or a non-finite one); null = stop with an "
+                                         "error naming the function and the sample")
     dynamic_sampling: bool = _opt(False, help="drop groups whose rewards are all equal and redraw")
     max_num_gen_batches: int = _opt(4, ge=1, help="generation batches per step incl. the first")
     overlong_buffer_len: int = _opt(0, ge=0, help="soft overlong penalty window in tokens; 0 = off")

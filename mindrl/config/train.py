@@ -225,6 +225,8 @@ def _check_rules(cfg: TrainConfig, explicit: set[str], err: Errors) -> None:
     dups = sorted({v for v in rl.verifier_function if rl.verifier_function.count(v) > 1})
     if dups:
         err.add("rl_config.verifier_function", f"lists {', '.join(dups)} more than once")
+    if not rl.verifier_function:
+        inert("rl_config.reward_fallback", "there is no rule reward (rl_config.verifier_function is empty)")
     if len(rl.verifier_weight) != len(rl.verifier_function):
         err.add("rl_config.verifier_weight",
                 f"has {len(rl.verifier_weight)} entries but verifier_function has "
@@ -335,18 +337,26 @@ def _check_paths(cfg: TrainConfig, err: Errors) -> None:
         elif os.path.isfile(rm.load):
             err.add("reward_config.model", f"is required: {rm.load!r} is a weights file without a config.json")
 
+    reward_file_ok = True
     if rl.custom_reward_file is not None:
         # forms the reward loader accepts: file.py, file.py:func, package.module:func
         target, _, func = rl.custom_reward_file.partition(":")
+        reward_file_ok = False
         if target.endswith(".py"):
             found = check.exists("rl_config.custom_reward_file", target, "reward file")
             if found is not None:
                 if not os.path.isfile(found):
                     err.add("rl_config.custom_reward_file", f"expected a .py file, got {rl.custom_reward_file!r}")
+                else:
+                    reward_file_ok = True
                 rl.custom_reward_file = found + (f":{func}" if func else "")
         elif not func:
             err.add("rl_config.custom_reward_file",
                     f"expected file.py, file.py:function or package.module:function, got {rl.custom_reward_file!r}")
+        else:
+            reward_file_ok = True
+    if reward_file_ok:
+        _check_verifier_names(rl, err)
 
     cfg.data.path = check.mindrecord("data.path", cfg.data.path, allow_jsonl=False)
     if cfg.data.ptx_path is not None:
@@ -356,6 +366,19 @@ def _check_paths(cfg: TrainConfig, err: Errors) -> None:
     for obj, name in ((cfg.logging, "log_dir"), (cfg.runtime, "compile_cache_path"),
                       (cfg.runtime, "strategy_dir")):
         setattr(obj, name, os.path.expanduser(getattr(obj, name)))
+
+
+def _check_verifier_names(rl, err: Errors) -> None:
+    """Every verifier_function entry names a verifier: a built-in, an alias (MindSpeed-RL's included), or one the
+    custom_reward_file registers (a plain file.py is executed to learn its names, as the trainer will)."""
+    from mindrl.rewards.computer import check_verifier_names
+    try:
+        problems = check_verifier_names(rl.verifier_function, rl.custom_reward_file)
+    except Exception as e:  # noqa: BLE001 - the user's file failed to run: say so under its key
+        err.add("rl_config.custom_reward_file", f"cannot load {rl.custom_reward_file!r}: {e!r}")
+        return
+    for _, why in problems:
+        err.add("rl_config.verifier_function", why)
 
 
 def _finish(cfg: TrainConfig) -> None:

@@ -1,10 +1,11 @@
 """Rewards: rule verifiers chosen by name and their weighted sum over a batch.
 
 ``RewardComputer(verifier_function, verifier_weight, custom_reward_file)`` is the entry point;
-``register_reward("name")`` lets a user file add a verifier. Importing this package is cheap
-(no MindSpore, no math-verify: that runs in worker processes started on first use).
+``register_reward("name")`` lets a user file add a verifier. Every reward call has a time limit and its
+value is checked (``containment.py``). Importing this package is cheap (no MindSpore, no math-verify:
+that and user reward functions run in worker processes started on first use).
 """
-from .computer import RewardComputer, RewardOutput, load_custom_reward_file
+from .computer import RewardComputer, RewardError, RewardOutput, load_custom_reward_file
 from .math_pool import MathVerifyPool
 from .verifiers import (
     VERIFIERS,
@@ -22,7 +23,7 @@ from .verifiers import (
 )
 
 __all__ = [
-    "RewardComputer", "RewardOutput", "load_custom_reward_file", "MathVerifyPool", "VERIFIERS",
+    "RewardComputer", "RewardError", "RewardOutput", "load_custom_reward_file", "MathVerifyPool", "VERIFIERS",
     "extract_math_answer", "format_reward", "get_verifier", "last_boxed", "last_number",
     "last_number_reward", "math_acc", "math_score_batch", "register_reward", "strict_format_reward",
     "valid_verifier_names",

@@ -1,6 +1,7 @@
 """Weighted sum of verifiers over a batch, plus loading user reward functions from a file."""
 import importlib
 import importlib.util
+import logging
 import math
 import os
 import sys
@@ -8,25 +9,45 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .verifiers import VERIFIERS, get_verifier, register_reward
+from .containment import Failure, RewardPool, ThreadCaller, importable_path, reward_value, score_inline
+from .verifiers import VERIFIERS, get_verifier, is_builtin, register_reward, unknown_verifier_message
+from .workers import WorkerStartError
+
+log = logging.getLogger("mindrl.rewards")
+
+
+class RewardError(RuntimeError):
+    """A reward call failed (raised, overran ``verifier_timeout`` or returned something other than a finite
+    number) and there is no ``reward_fallback`` to score it with."""
 
 
 @dataclass
 class RewardOutput:
     """``scores``: weighted sum per sample (float32 [N]); ``per_verifier``: each verifier's own,
-    unweighted scores, keyed by the name used in ``verifier_function``; ``math_timeouts``: samples
-    cut by the math timeout in this batch (they scored 0)."""
+    unweighted scores, keyed by the name used in ``verifier_function``; ``math_timeouts``: math checks
+    cut by the timeout in this batch (math_acc scored them 0, its verdict, not a failure);
+    ``failures``: calls that failed and were scored ``reward_fallback``, ``timeouts`` the part of them that
+    overran the timeout; ``failed``: the first few failures (``containment.Failure``)."""
 
     scores: np.ndarray
     per_verifier: dict = field(default_factory=dict)
     math_timeouts: int = 0
+    failures: int = 0
+    timeouts: int = 0
+    failed: list = field(default_factory=list)
+
+    def counts(self, prefix="grpo/rewards"):
+        """The batch's ``{prefix}/failures``, ``{prefix}/timeouts`` and ``{prefix}/math_timeouts``: counts that
+        add up over batches (the trainer sums them over a step's draws and ranks)."""
+        return {f"{prefix}/failures": self.failures, f"{prefix}/timeouts": self.timeouts,
+                f"{prefix}/math_timeouts": self.math_timeouts}
 
     def metrics(self, prefix="grpo/rewards"):
-        """``{prefix}/{name}/mean`` for every verifier, ``{prefix}/mean`` for the weighted sum."""
+        """``{prefix}/{name}/mean`` for every verifier, ``{prefix}/mean`` for the weighted sum, and ``counts``."""
         out = {f"{prefix}/mean": float(self.scores.mean()) if self.scores.size else 0.0}
         for name, s in self.per_verifier.items():
             out[f"{prefix}/{name}/mean"] = float(s.mean()) if s.size else 0.0
-        out[f"{prefix}/math_timeouts"] = self.math_timeouts
+        out.update(self.counts(prefix))
         return out
 
 
@@ -43,6 +64,20 @@ def _import_file(path):
     return module
 
 
+def _split_spec(s):
+    """``(target, func)`` of a ``custom_reward_file`` entry (``func`` empty for a plain file)."""
+    return s.rpartition(":")[::2] if ":" in s else (s, "")
+
+
+def _is_file_target(target):
+    return target.endswith(".py") or os.path.sep in target
+
+
+# name -> (the custom_reward_file entry that registered it, with an absolute path; the function): what a
+# reward worker loads to get the same function
+_SOURCES = {}
+
+
 def load_custom_reward_file(spec):
     """Load user reward functions. ``spec`` is one string or a list of them, each either
 
@@ -54,31 +89,57 @@ def load_custom_reward_file(spec):
     specs = [spec] if isinstance(spec, str) else list(spec or [])
     added = []
     for s in specs:
-        before = {k: id(v) for k, v in VERIFIERS.items()}
-        target, _, func = s.rpartition(":") if ":" in s else (s, "", "")
-        if target.endswith(".py") or os.path.sep in target:
+        before = dict(VERIFIERS)
+        target, func = _split_spec(s)
+        if _is_file_target(target):
             module = _import_file(target)
+            source = os.path.abspath(os.path.expanduser(target)) + (f":{func}" if func else "")
         else:
             module = importlib.import_module(target)
+            source = s
         if func:
             fn = getattr(module, func, None)
             if not callable(fn):
                 raise ValueError(f"custom_reward_file {s!r}: {target} has no function {func!r}")
             register_reward(func)(fn)
-        added += [k for k, v in VERIFIERS.items() if before.get(k) != id(v)]
+        new = [k for k, v in VERIFIERS.items() if before.get(k) is not v]
+        _SOURCES.update({k: (source, VERIFIERS[k]) for k in new})
+        added += new
     return added
+
+
+def check_verifier_names(names, custom_reward_file=None):
+    """``[(name, why)]`` for each entry of ``names`` that is not a verifier, before anything is built.
+
+    Known: the registry (built-ins, their aliases, anything registered in this process), the ``func`` of
+    each ``file.py:func`` / ``module:func`` entry of ``custom_reward_file`` (without importing it), and the
+    names a plain ``file.py`` entry registers (the file is executed for that, as the trainer will).
+    Raises what loading a plain file raises.
+    """
+    specs = [custom_reward_file] if isinstance(custom_reward_file, str) else list(custom_reward_file or [])
+    known = set(VERIFIERS)
+    for s in specs:
+        func = _split_spec(s)[1]
+        known |= {func} if func else set(load_custom_reward_file(s))
+    return [(n, unknown_verifier_message(n, known)) for n in names if n not in known]
 
 
 class RewardComputer:
     """Scores a batch with ``sum_i verifier_weight[i] * verifier_function[i](response, label)`` (0 for every
     sample when no verifier is named: a run scored by a reward model alone).
 
-    Names are validated here, at construction, so a typo fails before the first rollout. Math
-    verification runs in a private ``MathVerifyPool`` (``math_workers`` processes, ``math_timeout``
-    seconds per sample), started on first use or by ``start()``.
+    Names are validated here, at construction, so a typo fails before the first rollout.
+
+    Containment (``containment.py`` says where each function runs, and why): every call has ``timeout``
+    seconds, and every value must be a finite real number. A call that raises, overruns or returns anything
+    else scores ``fallback``; with ``fallback=None`` the batch stops with a ``RewardError`` naming the
+    function, the sample and what went wrong. Math verification runs in a private ``MathVerifyPool``
+    (``math_workers`` processes; a check cut by the timeout scores 0), user functions in a private
+    ``RewardPool`` (``reward_workers`` processes); both start on first use or by ``start()``.
     """
 
-    def __init__(self, verifier_function, verifier_weight, custom_reward_file=None, math_timeout=5.0, math_workers=1):
+    def __init__(self, verifier_function, verifier_weight, custom_reward_file=None, timeout=5.0, fallback=None,
+                 math_workers=1, reward_workers=1):
         if isinstance(verifier_function, str):
             verifier_function = [verifier_function]
         if isinstance(verifier_weight, (int, float)):
@@ -93,65 +154,137 @@ class RewardComputer:
             raise ValueError(f"verifier_function lists a name twice: {names}")
         if not all(math.isfinite(w) for w in weights):
             raise ValueError(f"verifier_weight must be finite numbers, got {weights}")
+        if fallback is not None and not math.isfinite(float(fallback)):
+            raise ValueError(f"reward_fallback must be a finite number or None, got {fallback}")
+        if timeout <= 0:
+            raise ValueError(f"verifier_timeout must be > 0, got {timeout}")
         if custom_reward_file:
             load_custom_reward_file(custom_reward_file)
         self.names = names
         self.weights = weights
         self.fns = [get_verifier(n) for n in names]  # ValueError listing the valid names
-        self.math_timeout = float(math_timeout)
+        self.timeout = float(timeout)
+        self.fallback = None if fallback is None else float(fallback)
         self.math_workers = int(math_workers)
+        self.placement = {n: self._place(n, fn) for n, fn in zip(names, self.fns)}
+        targets = {n: p[1] for n, p in self.placement.items() if p[0] == "worker"}
         self._pool = None
+        self._rewards = RewardPool(targets, timeout=self.timeout, num_workers=reward_workers) if targets else None
+        self._threads = ThreadCaller(self.timeout)
+
+    @staticmethod
+    def _place(name, fn):
+        """``("inline",)``, ``("worker", target)`` or ``("thread",)``: see containment.py."""
+        if is_builtin(name):
+            return ("inline",)
+        source = _SOURCES.get(name)
+        if source is not None and source[1] is fn:
+            return ("worker", {"spec": source[0]})
+        attr = importable_path(fn)
+        return ("worker", {"attr": attr}) if attr else ("thread",)
 
     @property
     def pool(self):
         if self._pool is None:
             from .math_pool import MathVerifyPool
 
-            self._pool = MathVerifyPool(num_workers=self.math_workers, timeout=self.math_timeout)
+            self._pool = MathVerifyPool(num_workers=self.math_workers, timeout=self.timeout)
         return self._pool
 
+    @property
+    def reward_pool(self):
+        """The ``RewardPool`` running user functions (None when every verifier runs inline or in a thread)."""
+        return self._rewards
+
     def start(self):
-        """Start the math workers now, if any verifier needs them."""
+        """Start the worker processes now (math workers if a verifier needs them; reward workers)."""
         if any(getattr(fn, "uses_math_pool", False) for fn in self.fns):
             self.pool.start()
+        if self._rewards is not None:
+            self._start_rewards()
+
+    def _start_rewards(self):
+        try:
+            self._rewards.start()
+        except WorkerStartError as e:
+            raise RewardError(f"{e} (functions {', '.join(sorted(self._rewards.targets))}; a worker process "
+                              f"loads them as the trainer did: they must load in a fresh interpreter)") from None
 
     def close(self):
         if self._pool is not None:
             self._pool.close()
+        if self._rewards is not None:
+            self._rewards.close()
+
+    def _score(self, name, fn, responses, labels, stop):
+        """``[float | Failure]`` of one verifier on the batch."""
+        where = self.placement[name][0]
+        if where == "worker":
+            self._start_rewards()
+            return self._rewards.score(name, responses, labels, stop=stop)
+        if where == "thread":
+            return self._threads.score(name, fn, responses, labels, stop=stop)
+        if not getattr(fn, "score_batch", None):
+            return score_inline(name, fn, responses, labels, stop=stop)
+        try:  # a built-in scoring the whole batch (math_acc: its math-verify pool has the timeout)
+            options = {"pool": self.pool} if getattr(fn, "uses_math_pool", False) else {}
+            vals = list(fn.score_batch(responses, labels, **options))
+        except WorkerStartError:  # math-verify missing or broken: a setup error, not the samples' failure
+            raise
+        except Exception as e:  # noqa: BLE001 - no sample to blame: all of them failed
+            return [Failure(name, i, f"raised {e!r} while scoring the batch") for i in range(len(responses))]
+        if len(vals) != len(responses):
+            return [Failure(name, i, f"scored {len(vals)} samples of {len(responses)}") for i in
+                    range(len(responses))]
+        out = []
+        for i, v in enumerate(vals):
+            value, why = reward_value(v)
+            out.append(value if why is None else Failure(name, i, why))
+        return out
 
     def __call__(self, responses, labels):
         responses, labels = list(responses), [str(x) for x in labels]
         if len(responses) != len(labels):
             raise ValueError(f"{len(responses)} responses but {len(labels)} labels")
-        timeouts_before = self._pool.timeouts if self._pool is not None else 0
+        math_before = self._pool.timeouts if self._pool is not None else 0
+        stop = self.fallback is None
         total = np.zeros(len(responses), np.float64)
-        per = {}
+        per, failed = {}, []
         for name, w, fn in zip(self.names, self.weights, self.fns):
-            if getattr(fn, "uses_math_pool", False):
-                vals = fn.score_batch(responses, labels, pool=self.pool)
-            elif hasattr(fn, "score_batch"):
-                vals = fn.score_batch(responses, labels)
-            else:
-                vals = []
-                for i, (r, lab) in enumerate(zip(responses, labels)):
-                    try:
-                        vals.append(fn(r, lab))
-                    except Exception as e:
-                        raise RuntimeError(f"reward function {name!r} failed on sample {i}: {e!r}") from e
-            vals = np.asarray(vals, np.float64).reshape(-1)
+            got = self._score(name, fn, responses, labels, stop)
+            bad = [x for x in got if isinstance(x, Failure)]
+            if bad and stop:
+                raise RewardError(f"{bad[0].message()}. Set rl_config.reward_fallback to a number to score failed "
+                                  f"samples with it and go on")
+            failed += bad
+            vals = np.array([self.fallback if isinstance(x, Failure) else x for x in got], np.float64)
             per[name] = vals.astype(np.float32)
             total += w * vals
-        timeouts = (self._pool.timeouts if self._pool is not None else 0) - timeouts_before
-        return RewardOutput(total.astype(np.float32), per, timeouts)
+        if failed:
+            _log_failures(failed, len(responses), self.fallback)
+        math_timeouts = (self._pool.timeouts if self._pool is not None else 0) - math_before
+        return RewardOutput(total.astype(np.float32), per, math_timeouts, failures=len(failed),
+                            timeouts=sum(f.timeout for f in failed), failed=failed[:8])
 
     compute = __call__
 
 
+def _log_failures(failed, n, fallback):
+    by_name = {}
+    for f in failed:
+        by_name.setdefault(f.name, []).append(f)
+    for name, fs in by_name.items():
+        log.warning("reward function %r failed on %d of %d samples (%d timed out); they scored reward_fallback=%g. "
+                    "First: %s", name, len(fs), n, sum(f.timeout for f in fs), fallback, fs[0].message())
+
+
 def build_reward_computer(rl, reward_funcs=None) -> RewardComputer:
     """The run's rule rewards from ``rl_config`` (verifier_function, verifier_weight, custom_reward_file,
-    verifier_timeout). ``reward_funcs``: Python callables ``f(response, label) -> float`` registered under their
-    ``__name__`` first, so ``verifier_function`` can name them (the Python API's way in)."""
+    verifier_timeout, reward_fallback). ``reward_funcs``: Python callables ``f(response, label) -> float``
+    registered under their ``__name__`` first, so ``verifier_function`` can name them (the Python API's way
+    in; ``load_train_config`` checks the names, so register them before loading the config:
+    ``register_reward(name)(f)``)."""
     for fn in reward_funcs or ():
         register_reward(getattr(fn, "__name__", None) or repr(fn))(fn)
     return RewardComputer(rl.verifier_function, rl.verifier_weight, rl.custom_reward_file,
-                          math_timeout=rl.verifier_timeout)
+                          timeout=rl.verifier_timeout, fallback=rl.reward_fallback)

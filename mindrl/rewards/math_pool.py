@@ -2,87 +2,26 @@
 
 Why processes, and why these: math-verify's own timeouts use ``signal.alarm``, which only works
 in the main thread, and even there a signal cannot interrupt a long C-level computation (sympy
-expanding ``9^{9^{9^9}}``). Killing a process always works. The workers are started with
-``subprocess`` (fork+exec of a fresh interpreter running ``_math_worker.py``), not
-``multiprocessing``: that neither re-imports the trainer's ``__main__`` (which spawn/forkserver
-do, running an msrun entry script a second time) nor forks a process that holds MindSpore threads.
-Nothing here uses signals in the calling process, so any thread of any process may call it.
+expanding ``9^{9^{9^9}}``). Killing a process always works. The workers are fresh
+interpreters running ``_math_worker.py``, started as ``workers.py`` says why (``subprocess``, not
+``multiprocessing``). Nothing here uses signals in the calling process, so any thread of any process may
+call it.
 """
 import collections
-import json
 import math
 import os
 import select
-import subprocess
-import sys
 import threading
 import time
 import weakref
 
+from .workers import WorkerProcess, kill_all
+
 _WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_math_worker.py")
 
 
-class _Worker:
-    def __init__(self, startup_timeout):
-        env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", "1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-u", _WORKER_SCRIPT],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            close_fds=True,
-        )
-        self.fd = self.proc.stdout.fileno()
-        self.buf = b""
-        hello = self.read_line(time.monotonic() + startup_timeout)
-        if hello is None or not hello.get("ready"):
-            why = hello.get("error") if hello else f"no answer within {startup_timeout:.0f}s"
-            self.kill()
-            raise RuntimeError(f"math verifier worker did not start: {why}")
-
-    def send(self, msg):
-        self.proc.stdin.write((json.dumps(msg) + "\n").encode())
-        self.proc.stdin.flush()
-
-    def pop_line(self):
-        """A complete reply already read, or None."""
-        if b"\n" not in self.buf:
-            return None
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def fill(self):
-        """Read what is available; False when the worker has exited (EOF)."""
-        chunk = os.read(self.fd, 1 << 16)
-        self.buf += chunk
-        return bool(chunk)
-
-    def read_line(self, deadline):
-        while True:
-            msg = self.pop_line()
-            if msg is not None:
-                return msg
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0] or not self.fill():
-                return None
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
-
-
-def _kill_all(workers):
-    for w in workers:
-        w.kill()
-    workers.clear()
+def _start_worker(startup_timeout):
+    return WorkerProcess([_WORKER_SCRIPT], startup_timeout, "math verifier worker")
 
 
 class MathVerifyPool:
@@ -109,7 +48,7 @@ class MathVerifyPool:
         self._next_id = 0
         self._lock = threading.Lock()
         # kill the workers when the pool is garbage collected or at interpreter exit
-        weakref.finalize(self, _kill_all, self._workers)
+        weakref.finalize(self, kill_all, self._workers)
 
     def start(self):
         """Start the workers now (optional: to keep their ~1 s start-up out of the first step)."""
@@ -118,11 +57,11 @@ class MathVerifyPool:
 
     def _ensure(self):
         while len(self._workers) < self.num_workers:
-            self._workers.append(_Worker(self.startup_timeout))
+            self._workers.append(_start_worker(self.startup_timeout))
 
     def close(self):
         with self._lock:
-            _kill_all(self._workers)
+            kill_all(self._workers)
 
     def verify_batch(self, pairs):
         with self._lock:
@@ -178,7 +117,7 @@ class MathVerifyPool:
 
     def _replace(self, w):
         w.kill()
-        self._workers[self._workers.index(w)] = _Worker(self.startup_timeout)
+        self._workers[self._workers.index(w)] = _start_worker(self.startup_timeout)
 
 
 _default_pool = None

@@ -8,8 +8,13 @@ Built-in names (``verifier_function`` in the config):
 - ``strict_format``: exactly ``<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>``.
 - ``last_number``: the last number in the response equals the label's number exactly.
 
-A verifier may carry a ``score_batch(responses, labels, **options)`` attribute; ``RewardComputer``
-uses it to score a whole batch at once (``math_acc`` does, to share its worker pool).
+A built-in verifier may carry a ``score_batch(responses, labels, **options)`` attribute;
+``RewardComputer`` uses it to score a whole batch at once (``math_acc`` does, to share its worker pool).
+User functions are always called one sample at a time (``containment.py``).
+
+MindSpeed-RL's names: ``acc`` and ``math_17k_acc`` are aliases of ``math_acc``; ``format`` and
+``strict_format`` are mindrl's own checks of the same name (docs/rewards.md lists the differences);
+``base_acc`` and ``step`` have no equivalent here and are refused with the reason (``NOT_PROVIDED``).
 """
 import re
 from decimal import Decimal, InvalidOperation
@@ -37,24 +42,48 @@ def register_reward(name, aliases=(), _builtin=False):
     return deco
 
 
+# other frameworks' verifier names with no equivalent here: why, and what to use instead
+NOT_PROVIDED = {
+    "base_acc": "is MindSpeed-RL's verifier that scores 1 only when the answer is right and the response also "
+                "has its exact <think>...</think><answer>...\\boxed{...}...</answer> layout; mindrl has no "
+                "verifier for the two together: use math_acc (alias acc) for the answer, plus format or "
+                "strict_format with a weight for the layout, or write it as a custom_reward_file",
+    "step": "is MindSpeed-RL's reasoning-steps reward (min(1, n/3) for n step markers such as 'Step 1:' or "
+            "numbered lines); mindrl has no such verifier: write it as a custom_reward_file",
+}
+
+
 def valid_verifier_names():
     return sorted(VERIFIERS)
+
+
+def is_builtin(name):
+    """True for mindrl's own verifiers (and their aliases): they run in the calling process."""
+    return name in _BUILTIN and VERIFIERS.get(name) is not None
+
+
+def unknown_verifier_message(name, known=None):
+    """Why ``name`` is not a verifier, with the valid names (``known``: the registry's by default)."""
+    known = sorted(VERIFIERS if known is None else known)
+    if name in NOT_PROVIDED:
+        return f"{name!r} {NOT_PROVIDED[name]}; valid names: {', '.join(known)}"
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"unknown verifier {name!r}{hint}; valid names: {', '.join(known)}, or a name registered by "
+            f"rl_config.custom_reward_file")
 
 
 def get_verifier(name):
     try:
         return VERIFIERS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown verifier_function {name!r}; valid names: {', '.join(valid_verifier_names())}"
-        ) from None
+        raise ValueError(f"verifier_function: {unknown_verifier_message(name)}") from None
 
 
 # ---------------------------------------------------------------------------------------------
 # answer extraction
-
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
-
 
 def last_boxed(text):
     """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with nested braces, else None."""
@@ -79,12 +108,18 @@ def extract_math_answer(response):
     """The part of a response to grade: inside the last ``<answer>`` block if there is one; there,
     the last ``\\boxed{}`` if any. Returns ``(text_for_math_verify, bare_answer_or_None)``; the
     bare answer is None when neither a box nor an answer tag was found (free text)."""
-    tags = _ANSWER_TAG.findall(response)
-    region = tags[-1] if tags else response
+    region, tagged = response, False
+    pos = 0
+    while True:  # the last <answer>...</answer> pair, as re.findall pairs them, in linear time
+        start = response.find("<answer>", pos)
+        end = response.find("</answer>", start + 8) if start >= 0 else -1
+        if end < 0:
+            break
+        region, tagged, pos = response[start + 8 : end], True, end + 9
     boxed = last_boxed(region)
     if boxed is not None:
         return "\\boxed{" + boxed + "}", boxed
-    return region, (region if tags else None)
+    return region, (region if tagged else None)
 
 
 def _spellings(text, bare_math):
@@ -109,8 +144,8 @@ def _quick_math_verdict(bare, label):
         b = b[len("\\boxed{") : -1]
     if a and a == b:
         return 1.0
-    if _INT.fullmatch(a) and _INT.fullmatch(b):
-        return 1.0 if int(a) == int(b) else 0.0
+    if _INT.fullmatch(a) and _INT.fullmatch(b):  # Decimal: int() refuses more than 4300 digits
+        return 1.0 if Decimal(a) == Decimal(b) else 0.0
     return None
 
 
@@ -164,7 +199,9 @@ def format_reward(response, label=None):
     if not rest:
         return 0.0
     if "<answer>" in rest or "</answer>" in rest:
-        ok = _only_once(rest, "answer") and re.fullmatch(r"<answer>(.*\S.*)</answer>", rest, re.S)
+        # string tests, not a regex: `<answer>(.*\S.*)</answer>` backtracks in quadratic time on a long answer
+        ok = (_only_once(rest, "answer") and rest.startswith("<answer>") and rest.endswith("</answer>")
+              and rest[len("<answer>") : -len("</answer>")].strip())
         return 1.0 if ok else 0.0
     return 1.0
 

@@ -39,8 +39,8 @@ class ExperienceMaker:
     def make(self, timers) -> tuple:
         """(the global batch's Experience, rollout metrics)."""
         rl = self.run.cfg.rl_config
-        local, dapo = self._sample(timers)
-        exp = self._exchange(local, dapo)
+        local, counts = self._sample(timers)
+        exp = self._exchange(local, counts)
         exp = exp.resized(*self.run.train_widths(exp), pad_id=self.run.pad_id)
         exp.loss_mask = exp.response_mask.copy()
         if rl.mask_truncated_completions:
@@ -62,7 +62,8 @@ class ExperienceMaker:
             exp.scores = exp.scores + self.reward_model.weight * exp.rm_scores.astype(np.float64)
         if rl.reward_clip_range is not None:
             exp.scores = np.clip(exp.scores, *rl.reward_clip_range)
-        return exp, (dapo if rl.dynamic_sampling else {})
+        # the rule rewards' failure counts always; the dapo/* ones only with dynamic sampling
+        return exp, {k: v for k, v in counts.items() if rl.dynamic_sampling or not k.startswith("dapo/")}
 
     # -- sampling ------------------------------------------------------------------------------------
     def _next_prompts(self):
@@ -81,8 +82,8 @@ class ExperienceMaker:
         labels = [str(x) for x in batch[d.label_key]] if self.labels else [""] * len(prompts)
         return prompts, labels
 
-    def _draw(self, timers) -> Experience:
-        """One batch of prompts, sampled and scored by the rule rewards."""
+    def _draw(self, timers) -> tuple:
+        """One batch of prompts, sampled and scored by the rule rewards, and the rewards' failure counts."""
         from mindrl.algorithms.dapo import overlong_penalty
         run, rl, gen = self.run, self.run.cfg.rl_config, self.run.cfg.generate_config
         prompts, labels = self._next_prompts()
@@ -99,7 +100,7 @@ class ExperienceMaker:
                                                rl.overlong_penalty_factor)
         return Experience.from_rollout([prompts[i] for i in out.prompt_index], out.tokens, out.log_probs,
                                        out.finished, out.prompt_index, rew.scores, scores, rew.per_verifier,
-                                       gen.max_prompt_length, gen.max_tokens, run.pad_id)
+                                       gen.max_prompt_length, gen.max_tokens, run.pad_id), rew.counts()
 
     def _sample(self, timers):
         """This replica's share of the global batch, with DAPO dynamic sampling when enabled: groups whose samples
@@ -107,9 +108,10 @@ class ExperienceMaker:
         from mindrl.algorithms.dapo import dynamic_sampling_keep_mask
         rl, n = self.run.cfg.rl_config, self.run.cfg.rl_config.n_samples_per_prompt
         want = rl.global_batch_size // self.run.topo.infer.dp
-        kept, spare, draws = [], [], 0
+        kept, spare, draws, counts = [], [], 0, {}
         while True:
-            exp = self._draw(timers)
+            exp, drawn = self._draw(timers)
+            counts = {k: counts.get(k, 0) + v for k, v in drawn.items()}  # grpo/rewards/failures, ... of the step
             draws += 1
             if not rl.dynamic_sampling:
                 kept = [exp.select(slice(g * n, (g + 1) * n)) for g in range(len(exp) // n)]
@@ -123,8 +125,9 @@ class ExperienceMaker:
         groups = (kept + spare[:filled])[:want]  # zero-variance groups only fill a short batch: advantage 0
         local = Experience.concat(groups)
         local.group = np.arange(len(local)) // n
-        dapo = {"dapo/gen_batches": draws, "dapo/kept_groups": len(groups) - filled, "dapo/filled_groups": filled}
-        return local, dapo
+        counts.update({"dapo/gen_batches": draws, "dapo/kept_groups": len(groups) - filled,
+                       "dapo/filled_groups": filled})
+        return local, counts
 
     def _exchange(self, local: Experience, dapo: Dict[str, float]) -> Experience:
         """Every rank gets the global batch, in rollout-replica order."""
