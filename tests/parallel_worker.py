@@ -2,6 +2,9 @@
 
     parallel_worker.py layers <hf_dir> <out.json>     TP=2 vs TP=1: logits, log-probs, gradients, reshard
     parallel_worker.py grpo <out.json> <config> [overrides...]   one mindrl training run
+
+With a reward model, every rank also writes <out.json>.rank<r>.json: how many rows it passed through the reward
+model, its layout, and the step's rows (prompt and response tokens, reward-model scores, sequence scores).
 """
 import json
 import sys
@@ -86,12 +89,39 @@ def run_grpo(out, config, overrides):
     from mindrl.trainer import RLTrainer
     cfg = load_train_config(config, overrides)
     trainer = RLTrainer(cfg)
+    seen = watch_reward_model(trainer) if trainer.reward_model is not None else None
     metrics = trainer.train_step()
     if cfg.actor_config.save:
         trainer.save()
     if trainer.run.topo.rank == 0:
         with open(out, "w") as fh:
             json.dump({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, fh)
+    if seen is not None:
+        exp, layout = seen["exp"], trainer.reward_model.layout
+        with open(f"{out}.rank{trainer.run.topo.rank}.json", "w") as fh:
+            json.dump({"rm_rows_scored": seen["rows"], "rm_dp": layout.dp, "rm_tp": layout.tp,
+                       "prompts": [row[m > 0].tolist() for row, m in zip(exp.prompt_ids, exp.prompt_mask)],
+                       "responses": exp.responses(), "rm_scores": exp.rm_scores.tolist(),
+                       "scores": exp.scores.tolist()}, fh)
+
+
+def watch_reward_model(trainer) -> dict:
+    """Record the step's experience and the rows this rank's reward model scored (wrapping, not changing, them)."""
+    import mindrl.trainer.roles.reward_model as module
+    seen = {"rows": 0}
+    score_in_shares, make = module.score_in_shares, trainer.maker.make
+
+    def counting(cell, exp, *args):
+        def call(*tensors):
+            seen["rows"] += int(tensors[0].shape[0])
+            return cell(*tensors)
+        return score_in_shares(call, exp, *args)
+
+    def capture(timers):
+        seen["exp"], m = make(timers)
+        return seen["exp"], m
+    module.score_in_shares, trainer.maker.make = counting, capture
+    return seen
 
 
 if __name__ == "__main__":

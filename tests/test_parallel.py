@@ -104,44 +104,145 @@ def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path
     assert (par_ck / "strategy" / "train_policy_strategy" / "strategy_0.json").exists()
 
 
+PPO = ["rl_config.adv_estimator=gae", "rl_config.n_samples_per_prompt=1", "rl_config.global_batch_size=16",
+       "rl_config.mini_batch_size=8", "rl_config.micro_batch_size=4", "rl_config.kl_coef=0.05",
+       "rl_config.use_kl_in_reward=true", "critic_config.lr=1e-3"]
+PPO_LR, PPO_OPTIMIZER_STEPS = 1e-3, 2  # actor and critic lr; one epoch of 2 mini-batches of 8
+# infer tp=2 (one rollout replica: the single process's samples), actor and critic dp=2
+PPO_LAYOUTS = ["generate_config.infer_tensor_parallel_size=2", "actor_config.tensor_model_parallel_size=1",
+               "critic_config.tensor_model_parallel_size=1"]
+
+
+def run_ppo_both_ways(d, tmp_path, name, overrides, parallel):
+    """One PPO step in a single process and under msrun (``parallel``: the layouts); their metrics."""
+    env = dict(os.environ, GLOG_v="3")
+    single = subprocess.run([sys.executable, WORKER, "grpo", str(tmp_path / "single.json"), CONFIG]
+                            + grpo_overrides(d, f"{name}_single") + overrides, cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert single.returncode == 0, single.stderr[-3000:]
+    msrun([WORKER, "grpo", str(tmp_path / "par.json"), CONFIG] + grpo_overrides(d, f"{name}_par") + overrides
+          + parallel, str(tmp_path / "log"))
+    return json.loads((tmp_path / "single.json").read_text()), json.loads((tmp_path / "par.json").read_text())
+
+
+def assert_same_update(single_ckpt, par_ckpt, init, what):
+    """Each tensor's update W - W_init of the msrun step equals the single process's to 1e-5 of its norm, floored
+    at 1e-5 of lr * steps * sqrt(size), the norm of an update that moves every element by lr at every step.
+
+    Why the floor: Adam's step is ~lr per element whatever the gradient's size, so an element whose gradient is
+    ~1000x smaller than the rest of its tensor (measured: element 15 of the policy's k_proj.bias, sqrt(v) 3e-9 next
+    to 1e-5, with PPO-ptx) moves by a visible fraction of lr, and the float32 rounding of its gradient sum (2.5e-4
+    of it, ~1e-7 of the tensor's largest gradients: replica sums associate the ptx term differently) shows in it
+    at full size. That tensor (16 elements, started at 0, norm 5e-3) then differs by 1.15e-5 of its norm. Every
+    other tensor's update agrees to ~3e-7 of its norm. ``init``: {name: array} of the starting weights (0 if
+    absent)."""
+    from mindrl.models.weights import TensorSource
+    wa, wb = TensorSource(str(single_ckpt)), TensorSource(str(par_ckpt))
+    assert sorted(wa.names()) == sorted(wb.names()), what
+    total_diff = total_update = 0.0
+    for name in wa.names():
+        x, y = wa.get(name).astype(np.float64), wb.get(name).astype(np.float64)
+        update = x - (init[name].astype(np.float64) if name in init else 0.0)
+        diff = float(np.linalg.norm(x - y))
+        floor = PPO_LR * PPO_OPTIMIZER_STEPS * np.sqrt(x.size)
+        assert diff <= 1e-5 * max(float(np.linalg.norm(update)), floor), (what, name, diff, np.linalg.norm(update))
+        total_diff, total_update = total_diff + diff ** 2, total_update + float(np.sum(update ** 2))
+    assert total_diff ** 0.5 <= 1e-6 * total_update ** 0.5, what  # all tensors together: 1e-6 of the update
+    assert total_update ** 0.5 > 1e-3, what  # it did update
+
+
 def test_ppo_step_infer_tp2_train_dp2_critic_dp2_matches_single_process(grpo_dir, tmp_path):
     """One PPO step (critic from the policy, GAE, KL in the reward, PPO-ptx, 2 mini-batches) under msrun with
     infer tp=2, actor dp=2 and critic dp=2 equals the single-process step: losses, policy and critic weights."""
     from conftest import make_sft_mindrecord
+    from mindrl.models.weights import TensorSource
     d = grpo_dir
     sft = make_sft_mindrecord(d) if not (d / "sft.mindrecord").exists() else d / "sft.mindrecord"
-    ppo = ["rl_config.adv_estimator=gae", "rl_config.n_samples_per_prompt=1", "rl_config.global_batch_size=16",
-           "rl_config.mini_batch_size=8", "rl_config.micro_batch_size=4", "rl_config.kl_coef=0.05",
-           "rl_config.use_kl_in_reward=true", "rl_config.pretrain_coef=0.2", f"data.ptx_path={sft}",
-           "critic_config.lr=1e-3"]
-    env = dict(os.environ, GLOG_v="3")
-    single = subprocess.run([sys.executable, WORKER, "grpo", str(tmp_path / "single.json"), CONFIG]
-                            + grpo_overrides(d, "ppo_single") + ppo, cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert single.returncode == 0, single.stderr[-3000:]
-    msrun([WORKER, "grpo", str(tmp_path / "par.json"), CONFIG] + grpo_overrides(d, "ppo_par") + ppo
-          + ["generate_config.infer_tensor_parallel_size=2", "actor_config.tensor_model_parallel_size=1",
-             "critic_config.tensor_model_parallel_size=1"], str(tmp_path / "log"))
-    a = json.loads((tmp_path / "single.json").read_text())
-    b = json.loads((tmp_path / "par.json").read_text())
+    a, b = run_ppo_both_ways(d, tmp_path, "ppo", PPO + ["rl_config.pretrain_coef=0.2", f"data.ptx_path={sft}"],
+                             PPO_LAYOUTS)
     assert a["critic/score/mean"] == pytest.approx(b["critic/score/mean"], rel=1e-6)   # identical rollouts
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/ptx_loss", "actor/reward_kl_penalty", "critic/vf_loss",
                 "critic/grad_norm", "critic/vf_clipfrac", "critic/values/mean", "critic/advantages/max"):
         assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
-    from mindrl.models.weights import TensorSource
-    for role, init in (("policy", d / "policy"), ("critic", None)):
-        wa = TensorSource(str(d / "ppo_single" / "ckpt" / "iter_0000001" / role))
-        wb = TensorSource(str(d / "ppo_par" / "ckpt" / "iter_0000001" / role))
-        assert sorted(wa.names()) == sorted(wb.names()), role
-        # all weights together to 1e-5; each tensor to 1e-4, since Adam divides by sqrt(v), and on a tensor with
-        # tiny gradients (a key bias) the rounding difference of a 2-replica sum becomes a visible step
-        diff = sum(float(np.sum((wa.get(n) - wb.get(n)) ** 2)) for n in wa.names())
-        assert diff ** 0.5 <= 1e-5 * sum(float(np.sum(wa.get(n) ** 2)) for n in wa.names()) ** 0.5, role
-        for name in wa.names():
-            x, y = wa.get(name), wb.get(name)
-            assert np.linalg.norm(x - y) <= 1e-4 * max(np.linalg.norm(x), 1e-12), (role, name)
+    policy = TensorSource(str(d / "policy"))
+    init = {n: policy.get(n) for n in policy.names()}  # the critic: the policy's backbone and a zero value head
+    for role in ("policy", "critic"):
+        assert_same_update(d / "ppo_single" / "ckpt" / "iter_0000001" / role,
+                           d / "ppo_par" / "ckpt" / "iter_0000001" / role, init, role)
     assert float(np.abs(TensorSource(str(d / "ppo_single" / "ckpt" / "iter_0000001" / "critic")).get(
         "score.weight")).max()) > 0  # the zero value head was trained
+
+
+RM_STATS = {"mean": 0.05, "std": 0.2}
+
+
+@pytest.fixture(scope="module")
+def reward_dir(grpo_dir):
+    """A random reward model (HF sequence-classification directory, as `mindrl train-rm` writes it) whose head is
+    scaled so that normalised scores vary by about 1 over a rollout, with stored statistics RM_STATS."""
+    from mindrl.models.config import load_model_config
+    from mindrl.models.lm import build_network
+    from mindrl.models.weights import state_numpy
+    from mindrl.runtime import setup_context
+    from mindrl.trainer.roles.base import export_hf
+    from mindrl.trainer.roles.critic import value_model_hf_config
+    setup_context("graph")
+    cfg = load_model_config(str(grpo_dir / "policy"))
+    tensors = state_numpy(build_network(cfg, "reward", seed=5))
+    tensors["score.weight"] = tensors["score.weight"] * 10.0
+    export_hf(tensors, cfg, str(grpo_dir / "rm"), value_model_hf_config(cfg, 0, RM_STATS),
+              os.path.join(ROOT, "examples", "tiny", "tokenizer"))
+    return grpo_dir / "rm"
+
+
+def reference_rm_scores(rm_dir, prompts, responses):
+    """transformers' Qwen2 sequence-classification model in float64 on each unpadded prompt + response: the score
+    head on the last token's hidden state, normalised with the stored statistics."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(str(rm_dir), dtype=torch.float64).eval()
+    out = []
+    with torch.no_grad():
+        for p, r in zip(prompts, responses):
+            ids = torch.tensor([list(p) + list(r)], dtype=torch.int64)
+            h = model.model(input_ids=ids).last_hidden_state
+            out.append((float(model.score(h)[0, -1, 0]) - RM_STATS["mean"]) / RM_STATS["std"])
+    return np.array(out)
+
+
+def test_ppo_step_scored_by_reward_model_dp2_matches_single_process(grpo_dir, reward_dir, tmp_path):
+    """One PPO step scored by a reward model alone (the rule's weight 0; the critic starts from the reward model)
+    under msrun with infer tp=2 and the reward model, actor and critic at dp=2 (tp 1) equals the single-process
+    step: each rank scores half the rows, and the scores every rank holds equal the single process's and a float64
+    transformers reference; the losses and both roles' updates equal the single-process ones."""
+    d = grpo_dir
+    rm = PPO + [f"reward_config.load={reward_dir}", "reward_config.normalize=true",
+                "reward_config.micro_batch_size=4", "rl_config.verifier_weight=[0.0]"]
+    a, b = run_ppo_both_ways(d, tmp_path, "ppo_rm", rm, PPO_LAYOUTS + ["reward_config.tensor_model_parallel_size=1"])
+    one = json.loads((tmp_path / "single.json.rank0.json").read_text())
+    ranks = [json.loads((tmp_path / f"par.json.rank{r}.json").read_text()) for r in (0, 1)]
+    assert (one["rm_dp"], one["rm_tp"], one["rm_rows_scored"]) == (1, 1, 16)
+    for r in ranks:  # the reward model's own layout: dp 2, each rank scores its 8 rows
+        assert (r["rm_dp"], r["rm_tp"], r["rm_rows_scored"]) == (2, 1, 8)
+        assert (r["prompts"], r["responses"]) == (one["prompts"], one["responses"])  # identical rollouts
+        np.testing.assert_allclose(r["rm_scores"], one["rm_scores"], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(r["scores"], r["rm_scores"], rtol=1e-6, atol=1e-7)  # the reward model's alone
+    want = reference_rm_scores(reward_dir, one["prompts"], one["responses"])
+    assert want.std() > 0.3, want  # scores that differ from row to row
+    np.testing.assert_allclose(one["rm_scores"], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ranks[0]["rm_scores"], want, rtol=1e-5, atol=1e-5)
+    for key in ("reward_model/score/mean", "reward_model/score/min", "reward_model/score/max", "critic/score/mean"):
+        assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-7), key
+    assert a["critic/score/mean"] == pytest.approx(want.mean(), rel=1e-5, abs=1e-6)
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/reward_kl_penalty", "critic/vf_loss", "critic/grad_norm",
+                "critic/vf_clipfrac", "critic/values/mean", "critic/advantages/max", "critic/returns/mean"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+    from mindrl.models.weights import TensorSource
+    for role, start in (("policy", d / "policy"), ("critic", reward_dir)):
+        source = TensorSource(str(start))
+        assert_same_update(d / "ppo_rm_single" / "ckpt" / "iter_0000001" / role,
+                           d / "ppo_rm_par" / "ckpt" / "iter_0000001" / role,
+                           {n: source.get(n) for n in source.names()}, role)
 
 
 def test_train_tp2_checkpoint_merges_offline_with_mindspore(grpo_dir, tmp_path):
