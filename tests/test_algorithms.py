@@ -426,6 +426,20 @@ def test_value_loss_against_reference():
         assert float(cf.asnumpy()) == pytest.approx(ref_masked_mean(cl, m), abs=1e-6)
 
 
+def test_value_loss_counts_no_clip_inside_the_range():
+    """Values within cliprange_value of the old ones are not clipped, even where float32's old + (v - old) misses v
+    by a rounding step (such tokens exist in this draw: the test fails if the rounding is counted as a clip)."""
+    rng = np.random.default_rng(0)
+    v = (rng.normal(size=(8, 125)) * 3).astype(np.float32)
+    ov = (v + rng.uniform(-0.4, 0.4, size=v.shape)).astype(np.float32)
+    R = rng.normal(size=v.shape).astype(np.float32)
+    rounded = ov + np.clip(v - ov, np.float32(-0.5), np.float32(0.5))
+    assert ((rounded - R) ** 2 > (v - R) ** 2).any(), "no token where the rounding would look like a clip"
+    vf, cf = losses.value_loss(T(v), T(ov), T(R), T(np.ones(v.shape, np.float32)), 0.5, "token-mean")
+    assert float(cf.asnumpy()) == 0.0
+    assert float(vf.asnumpy()) == pytest.approx(0.5 * np.mean((v.astype(np.float64) - R) ** 2), rel=1e-6)
+
+
 def test_masked_helpers_ms():
     rng = np.random.default_rng(12)
     x, m = rng.normal(size=(4, 7)), random_mask(rng, 4, 7)

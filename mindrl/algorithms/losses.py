@@ -221,10 +221,14 @@ def value_loss(
     ``v_clip = old_values + clip(values - old_values, -cliprange_value, cliprange_value)``.
 
     Returns ``(vf_loss, vf_clipfrac)``; ``vf_clipfrac`` is the fraction of valid tokens where the
-    clipped error is the larger one.
+    clipped error is the larger one. Inside the clip range ``v_clip`` is ``values`` itself, not
+    ``old + (values - old)``: in float32 that sum can miss ``values`` by a rounding step and count an
+    unclipped token as clipped.
     """
     mask = ops.cast(mask, values.dtype)
-    v_clip = old_values + ops.clamp(values - old_values, -cliprange_value, cliprange_value)
+    delta = values - old_values
+    outside = ops.abs(delta) > cliprange_value
+    v_clip = ops.where(outside, old_values + ops.clamp(delta, -cliprange_value, cliprange_value), values)
     err = (values - returns) ** 2
     err_clip = (v_clip - returns) ** 2
     clipped = err_clip > err
