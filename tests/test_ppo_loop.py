@@ -206,9 +206,6 @@ def test_ppo_resume_repeats_the_trajectory(workdir, full_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="mindrl/trainer/checkpointer.py Checkpointer.resume reads only "
-                   "actor_config.no_load_optim and applies it to every role: it also resets the critic's optimizer, "
-                   "and critic_config.no_load_optim is accepted and ignored")
 @pytest.mark.parametrize("fresh", ["policy", "critic"])
 def test_no_load_optim_starts_only_that_roles_optimizer_afresh(workdir, full_run, fresh):
     """actor_config.no_load_optim / critic_config.no_load_optim (docs/configuration.md, docs/ppo.md): on resume

@@ -7,6 +7,8 @@ import os
 import shutil
 from typing import List, Optional
 
+import numpy as np
+
 from mindrl.io import remove_stale_staging
 from mindrl.trainer import checkpoint as ck
 
@@ -56,7 +58,7 @@ class Checkpointer:
     def newest(self) -> Optional[str]:
         """The newest complete checkpoint directory of this run's save root, or None."""
         root = self.run.cfg.actor_config.save
-        step = ck.latest_step(root) if root else None
+        step = ck.latest_step(root) if root and os.path.isdir(root) else None
         return ck.iter_dir(root, step) if step is not None else None
 
     def resume(self) -> Optional[dict]:
@@ -67,8 +69,8 @@ class Checkpointer:
             return None
         directory = ck.resolve(actor.load)
         state = ck.load_trainer_state(directory)
-        if not actor.no_load_optim:
-            for role in self.roles:
+        for role in self.roles:  # each role's own no_load_optim: a fresh critic optimizer keeps the actor's
+            if not role.section.no_load_optim:
                 role.load_optimizer(directory)
         log.info("resumed from %s at step %d", directory, int(state["step"]))
         return state
@@ -99,3 +101,50 @@ def restore_run_state(trainer, state: Optional[dict]) -> None:
         trainer.policy.ptx.load_state_dict(state["ptx_data"])
     if not trainer.cfg.actor_config.no_load_rng and state.get("rng", {}).get("seed") is not None:
         trainer.cfg.runtime.seed = int(state["rng"]["seed"])
+
+
+class BestCheckpoint:
+    """``actor_config.save_best``: the checkpoint of the step where the held-out metric was highest, kept as
+    ``<save>/best`` (a complete checkpoint: files hard-linked from its ``iter_*`` directory, so pruning the latter
+    frees nothing twice and costs no copy) with ``<save>/best/best.json`` saying which step and value it holds."""
+
+    NAME = "best"
+
+    def __init__(self, root: str, metric: str, is_main: bool):
+        self.root, self.metric, self.is_main = root, metric, is_main
+        self.value, self.step = None, None
+        info = os.path.join(root, self.NAME, "best.json")
+        if os.path.exists(info):  # a resumed run keeps competing with what it already found
+            import json
+            with open(info) as fh:
+                saved = json.load(fh)
+            if saved.get("metric") == metric:
+                self.value, self.step = float(saved["value"]), int(saved["step"])
+
+    def better(self, metrics: dict) -> bool:
+        value = metrics.get(self.metric)
+        return value is not None and np.isfinite(value) and (self.value is None or value > self.value)
+
+    def keep(self, checkpoint: str, step: int, value: float) -> str:
+        """Make ``<save>/best`` a copy of ``checkpoint`` (main rank; atomically replaces the previous best)."""
+        from mindrl.io import atomic_path, write_json
+        self.value, self.step = float(value), int(step)
+        target = os.path.join(self.root, self.NAME)
+        if self.is_main:
+            with atomic_path(target, directory=True) as tmp:
+                for dirpath, _, names in os.walk(checkpoint):
+                    out = os.path.join(tmp, os.path.relpath(dirpath, checkpoint))
+                    os.makedirs(out, exist_ok=True)
+                    for name in names:
+                        _link_or_copy(os.path.join(dirpath, name), os.path.join(out, name))
+                write_json(os.path.join(tmp, "best.json"), {"metric": self.metric, "value": self.value,
+                                                            "step": self.step, "source": os.path.basename(checkpoint)})
+            log.info("best %s so far (%.4f at step %d): kept as %s", self.metric, self.value, self.step, target)
+        return target
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem, or links not allowed
+        shutil.copy2(src, dst)

@@ -133,9 +133,9 @@ def _check_checkpoints(lines: List[str], cfg, policy) -> None:
                              f"checkpoint (no {ck.TRAINER_STATE}); set finetune: true to start from these weights")
                 return
             ck.load_trainer_state(directory)
-            if not actor.no_load_optim:
-                trained = ["policy"] + (["critic"] if cfg.critic_config is not None else [])
-                for role in trained:
+            trained = [("policy", actor)] + ([("critic", cfg.critic_config)] if cfg.critic_config is not None else [])
+            for role, section in trained:
+                if not section.no_load_optim:  # each role restores its optimizer unless its own section says no
                     part = ck.role_dir(directory, role)
                     verify_checkpoint(directory, lambda rel, p=part: os.path.join(directory, rel) ==
                                       os.path.join(p, ck.OPTIMIZER))

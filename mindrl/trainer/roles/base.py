@@ -91,7 +91,7 @@ def export_hf(full: dict, model_config, directory: str, hf_config: dict, tokeniz
 
 class TrainedRole:
     """Save/restore of a trained network and its optimizer. Subclasses set ``name``, ``net``, ``layout``,
-    ``updater``, ``model_config`` and ``run``."""
+    ``updater``, ``model_config``, ``run`` and ``section`` (their config section: actor_config, critic_config)."""
 
     name = "trained"
 

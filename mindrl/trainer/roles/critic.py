@@ -40,6 +40,7 @@ class Critic(TrainedRole):
         cfg = run.cfg
         cc, rl = cfg.critic_config, cfg.rl_config
         self.run, self.layout = run, run.topo["critic"]
+        self.section = cc  # its optimizer, schedule and resume settings
         config = load_model_config(cc.model)
         if cfg.actor_config.compute_dtype:
             config = config.replace(compute_dtype=cfg.actor_config.compute_dtype)

@@ -27,6 +27,7 @@ class Policy(TrainedRole):
         cfg, topo = run.cfg, run.topo
         actor, rl, gen = cfg.actor_config, cfg.rl_config, cfg.generate_config
         self.run, self.model_config, self.layout = run, run.model_config, topo.train
+        self.section = actor  # its optimizer, schedule and resume settings
         self.net = build_net(self.model_config, "causal_lm", topo.train, seed=run.seed, init=actor.load is None,
                              train=None)
         if actor.load:
