@@ -101,7 +101,7 @@ EXPECTED_DEFAULTS = {
         use_kl_in_reward=False, use_kl_in_loss=True, kl_ctrl_type="fixed", kl_target=0.1, kl_horizon=10000,
         entropy_coeff=0.0, loss_agg_mode="token-mean", norm_adv_by_std=True,
         verifier_function=["acc"], verifier_weight=[1.0], custom_reward_file=None,
-        verifier_timeout=5.0, dynamic_sampling=False, max_num_gen_batches=4,
+        verifier_timeout=5.0, reward_fallback=None, dynamic_sampling=False, max_num_gen_batches=4,
         overlong_buffer_len=0, overlong_penalty_factor=1.0, mask_truncated_completions=False,
         gamma=1.0, lam=0.95, advantage_whiten=True, cliprange_value=0.5, critic_warmup=0,
         reward_clip_range=None, max_bad_steps=3, pretrain_coef=0.0),
@@ -109,7 +109,7 @@ EXPECTED_DEFAULTS = {
     "reward_config": None,
     "actor_config": dict(
         model="model_configs/tiny.yaml", tokenizer_name_or_path="tok", load=None, save=None,
-        finetune=True, no_load_optim=False, no_load_rng=False, save_interval=0, keep_last=2,
+        finetune=True, no_load_optim=False, no_load_rng=False, save_interval=0, keep_last=2, save_best=None,
         lr=1e-6, min_lr=0.0, lr_decay_style="constant", lr_warmup_iters=0,
         lr_warmup_fraction=None, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
         adam_eps=1e-8, clip_grad=1.0, tensor_model_parallel_size=1, compute_dtype=None),
@@ -125,7 +125,7 @@ EXPECTED_DEFAULTS = {
     "runtime": dict(mode="graph", enable_compile_cache=False,
                     compile_cache_path="./.compile_cache", only_save_strategy=False,
                     strategy_dir="./strategy", threads=None, seed=1234),
-    "eval": dict(path=None, interval=0, num_samples=None, max_tokens=None),
+    "eval": dict(path=None, dataset_config=None, interval=0, num_samples=None, max_tokens=None),
 }
 
 
@@ -147,13 +147,13 @@ FULL = {
         use_kl_in_reward=True, use_kl_in_loss=False, kl_ctrl_type="adaptive", kl_target=0.5, kl_horizon=500,
         entropy_coeff=0.001, loss_agg_mode="seq-mean-token-sum-norm",
         norm_adv_by_std=False, verifier_function=["acc", "format"], verifier_weight=[1.0, 0.5],
-        custom_reward_file="reward.py", verifier_timeout=2.5, dynamic_sampling=True,
+        custom_reward_file="reward.py", verifier_timeout=2.5, reward_fallback=0.0, dynamic_sampling=True,
         max_num_gen_batches=3, overlong_buffer_len=32, overlong_penalty_factor=0.5,
         mask_truncated_completions=True, gamma=1.0, lam=0.95, advantage_whiten=True, cliprange_value=0.5,
         critic_warmup=0, reward_clip_range=[-5.0, 5.0], max_bad_steps=5, pretrain_coef=0.1),
     "actor_config": dict(
         model="hf", tokenizer_name_or_path="hf", load="ckpt", save="out", finetune=False,
-        no_load_optim=True, no_load_rng=True, save_interval=10, keep_last=0, lr=1e-5,
+        no_load_optim=True, no_load_rng=True, save_interval=10, keep_last=0, save_best="eval/acc/mean", lr=1e-5,
         min_lr=1e-7, lr_decay_style="cosine", lr_warmup_iters=0, lr_warmup_fraction=0.1,
         weight_decay=0.01, adam_beta1=0.8, adam_beta2=0.95, adam_eps=1e-6, clip_grad=0.5,
         tensor_model_parallel_size=2, compute_dtype="bfloat16"),
@@ -168,7 +168,7 @@ FULL = {
                     log_interval=5, progress_bar=False),
     "runtime": dict(mode="pynative", enable_compile_cache=True, compile_cache_path="cc",
                     only_save_strategy=True, strategy_dir="st", threads=2, seed=99),
-    "eval": dict(path="heldout.jsonl", interval=10, num_samples=100, max_tokens=64),
+    "eval": dict(path="heldout.jsonl", dataset_config=None, interval=10, num_samples=100, max_tokens=64),
 }
 
 

@@ -72,16 +72,42 @@ def test_non_finite_weights_are_never_saved(workdir):
         n.startswith("iter_") for n in os.listdir(workdir / "nosave" / "ckpt"))
 
 
-def test_nan_reward_skips_the_step_and_fit_stops(workdir):
-    from mindrl.trainer.loop import TrainingDiverged
-    t = trainer_for(workdir, "reward", **{"rl_config.custom_reward_file": str(workdir / "nan_reward.py"),
-                                          "rl_config.verifier_function": "[nan_after]",
-                                          "rl_config.verifier_weight": "[1.0]", "actor_config.save": "null",
-                                          "actor_config.save_interval": 0, "actor_config.keep_last": 2})
+def test_nan_from_a_reward_function_stops_the_step_naming_it(workdir):
+    """A reward function's NaN is a failed reward call (reward containment): without rl_config.reward_fallback the
+    step stops with an error naming the function and the sample, before any update."""
+    from mindrl.rewards.computer import RewardError
+    t = trainer_for(workdir, "reward_fn", **{"rl_config.custom_reward_file": str(workdir / "nan_reward.py"),
+                                             "rl_config.verifier_function": "[nan_after]",
+                                             "rl_config.verifier_weight": "[1.0]", "actor_config.save": "null",
+                                             "actor_config.save_interval": 0, "actor_config.keep_last": 2})
     before = t.policy.state_dict()
-    with pytest.raises(TrainingDiverged, match=r"non-finite reward"):
+    with pytest.raises(RewardError, match=r"reward function 'nan_after' failed on sample \d+: returned nan"):
+        t.train_step()
+    after = t.policy.state_dict()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_non_finite_score_skips_the_step_and_fit_stops(workdir):
+    """A non-finite sequence score that no reward function returned (a reward model's NaN) skips the step's updates;
+    max_bad_steps such steps in a row stop the run."""
+    from mindrl.trainer.loop import TrainingDiverged
+    t = trainer_for(workdir, "score", **{"actor_config.save": "null", "actor_config.save_interval": 0,
+                                         "actor_config.keep_last": 2})
+    make = t.maker.make
+
+    def poisoned(timers):  # from the second step on, as a reward model with NaN in its output would score
+        exp, metrics = make(timers)
+        if t.step >= 1:
+            exp.scores[0] = np.nan
+        return exp, metrics
+
+    t.maker.make = poisoned
+    first = t.train_step()
+    assert first["train/skipped_updates"] == 0
+    before = t.policy.state_dict()
+    with pytest.raises(TrainingDiverged, match=r"2 steps in a row had a non-finite reward"):
         t.fit()
-    assert t.step == 2
+    assert t.step == 3
     after = t.policy.state_dict()
     assert all(np.array_equal(before[k], after[k]) for k in before)
 
