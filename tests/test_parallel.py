@@ -216,12 +216,15 @@ def test_ppo_step_scored_by_reward_model_dp2_matches_single_process(grpo_dir, re
     step: each rank scores half the rows, and the scores every rank holds equal the single process's and a float64
     transformers reference; the losses and both roles' updates equal the single-process ones."""
     d = grpo_dir
+    # 40 stop tokens: responses of several lengths, so the score is not always read in the last column
     rm = PPO + [f"reward_config.load={reward_dir}", "reward_config.normalize=true",
-                "reward_config.micro_batch_size=4", "rl_config.verifier_weight=[0.0]"]
+                "reward_config.micro_batch_size=4", "rl_config.verifier_weight=[0.0]",
+                "generate_config.stop_token_ids=[" + ",".join(map(str, range(100, 140))) + "]"]
     a, b = run_ppo_both_ways(d, tmp_path, "ppo_rm", rm, PPO_LAYOUTS + ["reward_config.tensor_model_parallel_size=1"])
     one = json.loads((tmp_path / "single.json.rank0.json").read_text())
     ranks = [json.loads((tmp_path / f"par.json.rank{r}.json").read_text()) for r in (0, 1)]
     assert (one["rm_dp"], one["rm_tp"], one["rm_rows_scored"]) == (1, 1, 16)
+    assert len({len(r) for r in one["responses"]}) > 2, "responses of one length: the score's position is untested"
     for r in ranks:  # the reward model's own layout: dp 2, each rank scores its 8 rows
         assert (r["rm_dp"], r["rm_tp"], r["rm_rows_scored"]) == (2, 1, 8)
         assert (r["prompts"], r["responses"]) == (one["prompts"], one["responses"])  # identical rollouts
