@@ -18,6 +18,44 @@ from mindrl.algorithms.denominators import loss_denominator
 from mindrl.trainer.optim import AdamW, zeros_like_params
 
 
+# Per-tensor pieces the cells below map over their parameter tuples (HyperMap keeps a graph's depth independent of
+# the parameter count; see trainer/optim.py)
+_add_into = ops.MultitypeFuncGraph("add_into")
+_square_sum = ops.MultitypeFuncGraph("square_sum")
+_reduce_in_place = ops.MultitypeFuncGraph("reduce_in_place")
+_scaled = ops.MultitypeFuncGraph("scaled")
+_zero_after = ops.MultitypeFuncGraph("zero_after")
+
+
+@_add_into.register("Tensor", "Tensor")
+def _add_into_one(buf, g):
+    ops.assign_add(buf, g)
+    return True  # side effects only: a returned tensor is copied out of the graph
+
+
+@_square_sum.register("Tensor")
+def _square_sum_one(g):
+    return (g * g).sum()
+
+
+@_reduce_in_place.register("Function", "Tensor")
+def _reduce_in_place_one(reduce, g):
+    reduced = reduce(g)
+    return ops.depend(reduced, ops.assign(g, reduced))
+
+
+@_scaled.register("Tensor", "Tensor")
+def _scaled_one(scale, g):
+    return g * scale
+
+
+@_zero_after.register("Tensor", "Tensor")
+def _zero_after_one(after, g):
+    """Zero ``g`` once ``after`` (the optimizer step that read it) is done."""
+    ops.assign(g, ops.depend(ops.zeros_like(g), after))
+    return True
+
+
 class AccumulateGrad(nn.Cell):
     """One micro-batch: forward, backward, add the gradients into ``accum``."""
 
@@ -27,13 +65,11 @@ class AccumulateGrad(nn.Cell):
         self.grad_fn = ms.value_and_grad(loss_cell, None, self.params, has_aux=True)
         # a second loss term of the same update (PPO-ptx) adds into the first one's buffers
         self.accum = zeros_like_params(self.params, "accum") if accum is None else accum
+        self.hyper_map = ops.HyperMap()
 
     def construct(self, *inputs):
         outs, grads = self.grad_fn(*inputs)
-        done = outs[0]
-        for i in range(len(self.accum)):
-            done = ops.depend(done, ops.assign_add(self.accum[i], grads[i]))
-        return ops.depend(outs, done)
+        return ops.depend(outs, self.hyper_map(_add_into, self.accum, grads))
 
 
 class GradNorm(nn.Cell):
@@ -46,15 +82,13 @@ class GradNorm(nn.Cell):
         super().__init__(auto_prefix=False)
         self.accum = accum
         self.grad_reduce = grad_reduce
+        self.hyper_map = ops.HyperMap()
 
     def construct(self):
-        sq = ops.zeros((), ms.float32)
-        for g in self.accum:
-            if self.grad_reduce is not None:
-                reduced = self.grad_reduce(g)
-                g = ops.depend(reduced, ops.assign(g, reduced))  # the step (another graph) reads the reduced sum
-            sq = sq + (g * g).sum()
-        return ops.sqrt(sq)
+        grads = self.accum
+        if self.grad_reduce is not None:  # the step (another graph) reads the reduced sums from the buffers
+            grads = self.hyper_map(ops.partial(_reduce_in_place, self.grad_reduce), self.accum)
+        return ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads)))
 
 
 class ApplyGrad(nn.Cell):
@@ -65,16 +99,14 @@ class ApplyGrad(nn.Cell):
         self.accum = accum
         self.opt = optimizer
         self.clip = float(clip_grad)
+        self.hyper_map = ops.HyperMap()
 
     def construct(self, lr, norm):
-        grads = tuple(self.accum)
+        grads = self.accum
         if self.clip > 0:
-            scale = self.clip / ops.maximum(norm, self.clip)
-            grads = tuple(g * scale for g in grads)
+            grads = self.hyper_map(ops.partial(_scaled, self.clip / ops.maximum(norm, self.clip)), self.accum)
         done = self.opt(grads, lr)
-        for g in self.accum:
-            done = ops.depend(done, ops.assign(g, ops.zeros_like(g)))
-        return done
+        return ops.depend(done, self.hyper_map(ops.partial(_zero_after, done), self.accum))
 
 
 class ResetGrad(nn.Cell):
@@ -83,12 +115,11 @@ class ResetGrad(nn.Cell):
     def __init__(self, accum):
         super().__init__(auto_prefix=False)
         self.accum = accum
+        self.hyper_map = ops.HyperMap()
 
     def construct(self):
-        done = ops.zeros((), ms.float32)
-        for g in self.accum:
-            done = ops.depend(done, ops.assign(g, ops.zeros_like(g)))
-        return done
+        start = ops.zeros((), ms.float32)
+        return ops.depend(start, self.hyper_map(ops.partial(_zero_after, start), self.accum))
 
 
 class Updater:
