@@ -183,6 +183,16 @@ def test_tiny_sentencepiece_matches_sentencepiece():
     assert ours.vocab_size == sp.get_piece_size()
 
 
+def test_ids_beyond_the_tokenizer_decode_to_nothing(qwen_dir):
+    """A model's embedding is often wider than its tokenizer (Qwen2.5: 151936 rows, 151665 tokens); an id sampled
+    in the padding has no text, in both backends, as in transformers' fast tokenizers."""
+    for path in (TINY, qwen_dir):
+        tok = load_tokenizer(path)
+        ids = tok.encode("12+34-05=41")
+        mixed = ids[:3] + [tok.vocab_size, tok.vocab_size + 500] + ids[3:]
+        assert tok.decode(mixed) == tok.decode(ids) == "12+34-05=41", path
+
+
 def test_tiny_tokenizer_demo_properties():
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=os.path.join(TINY, "tokenizer.model"))

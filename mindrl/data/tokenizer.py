@@ -368,8 +368,13 @@ class SentencePieceTokenizer(Tokenizer):
         return ids
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """Ids beyond the tokenizer (a model's embedding is often padded past it, and a sampled id can land there)
+        have no text, as HF tokenizers decode them."""
         out, run = [], []
+        size = self._sp.get_piece_size()
         for token_id in (int(i) for i in ids):
+            if (token_id >= size or token_id < 0) and token_id not in self._extra:
+                continue
             skip = skip_special_tokens and token_id in self._skip_ids
             # sentencepiece renders control symbols as "" itself, so we emit their text.
             own_text = token_id in self._extra or (

@@ -240,10 +240,13 @@ def load_into(net, source, *, strict: bool = True, allow_missing=()) -> list:
 
 
 def state_numpy(net) -> Dict[str, np.ndarray]:
-    """This process's parameters as numpy arrays in Hugging Face orientation (full tensors when tp == 1)."""
+    """A snapshot of this process's parameters as numpy arrays in Hugging Face orientation (full tensors when
+    tp == 1). Copies: ``Parameter.asnumpy()`` on CPU is a view of the live buffer, which the next optimizer step
+    overwrites in place."""
     from mindrl.parallel.layout import to_external, transposed_names
     transposed = transposed_names(net)
-    return {name: to_external(p.float().asnumpy() if str(p.dtype) == "BFloat16" else p.asnumpy(), name in transposed)
+    return {name: np.array(to_external(p.float().asnumpy() if str(p.dtype) == "BFloat16" else p.asnumpy(),
+                                       name in transposed), copy=True)
             for name, p in net.parameters_and_names()}
 
 
