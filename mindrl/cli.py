@@ -4,6 +4,7 @@ Each subcommand lives next to the code it drives and is imported only when used,
 ``mindrl --help`` stays fast and msrun's scheduler process never imports mindspore early.
 """
 import importlib
+import os
 import sys
 
 # subcommand -> ("module:function", one-line help). Each function takes argv (list[str]) and
@@ -16,6 +17,7 @@ COMMANDS = {
     "convert": ("mindrl.models.convert:cli_main", "convert checkpoints between HF safetensors and MindSpore"),
     "generate": ("mindrl.rollout.cli:generate_main", "generate text from a checkpoint (KV-cache rollout)"),
     "evaluate": ("mindrl.trainer.cli:evaluate_main", "greedy accuracy of a checkpoint on a MindRecord/jsonl set"),
+    "plot": ("mindrl.trainer.report:cli_main", "draw one or more runs' metrics into a PNG"),
 }
 
 
@@ -29,6 +31,19 @@ def _usage() -> str:
 
 
 def main(argv=None) -> int:
+    """Run one subcommand. Exit status: 0 done, 2 a usage or config error (nothing was run), 1 a failure while
+    running, 3 a training run that diverged (`mindrl train`), 141 when the reader of the output went away."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `mindrl ... | head`: the reader closed the pipe. Quiet, like other command-line tools; stdout is pointed
+        # at /dev/null so that the interpreter's final flush does not raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def _main(argv) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())

@@ -120,7 +120,7 @@ EXPECTED_DEFAULTS = {
         infer_data_parallel_size=None, micro_batch_size=None),
     "data": dict(path="train.mindrecord", shuffle=True, seed=1234, prompt_key="prompt_ids",
                  label_key="labels", ptx_path=None),
-    "logging": dict(log_dir="runs/cfg", name="cfg", jsonl=True, tensorboard=True, log_interval=1,
+    "logging": dict(log_dir="runs/cfg/<run_id>", name="cfg", run_id=None, jsonl=True, tensorboard=True, log_interval=1,
                     progress_bar=True),
     "runtime": dict(mode="graph", enable_compile_cache=False,
                     compile_cache_path="./.compile_cache", only_save_strategy=False,
@@ -164,7 +164,7 @@ FULL = {
         infer_data_parallel_size=4, micro_batch_size=16),
     "data": dict(path="train.mindrecord", shuffle=False, seed=7, prompt_key="p", label_key="y",
                  ptx_path="train.mindrecord"),
-    "logging": dict(log_dir="logs/<name>/x", name="exp1", jsonl=False, tensorboard=False,
+    "logging": dict(log_dir="logs/<name>/<run_id>", name="exp1", run_id="x", jsonl=False, tensorboard=False,
                     log_interval=5, progress_bar=False),
     "runtime": dict(mode="pynative", enable_compile_cache=True, compile_cache_path="cc",
                     only_save_strategy=True, strategy_dir="st", threads=2, seed=99),
@@ -198,7 +198,7 @@ def test_every_key_is_accepted_and_kept(ws):
     assert covered == schema_keys  # FULL and FULL_PPO cover the schema
     cfg = load_train_config(write(ws, FULL))
     expected = copy.deepcopy(FULL)
-    expected["logging"]["log_dir"] = "logs/exp1/x"
+    expected["logging"]["log_dir"] = "logs/exp1/<run_id>"  # the run id goes in when the run claims its directory
     assert cfg.to_dict() == {**expected, "critic_config": None, "reward_config": None}
     ppo = load_train_config(write(ws, FULL_PPO, name="ppo.yaml"))
     for section in ("critic_config", "reward_config"):
@@ -497,7 +497,7 @@ def test_overrides_change_values(ws):
     assert cfg.generate_config.stop_token_ids == [5, 6]
     assert cfg.rl_config.dynamic_sampling is True
     assert cfg.actor_config.save == "out2" and cfg.eval.interval == 3
-    assert cfg.logging.name == "007" and cfg.logging.log_dir == "runs/007"
+    assert cfg.logging.name == "007" and cfg.logging.log_dir == "runs/007/<run_id>"
     assert cfg.rl_config.adv_estimator == "dr_grpo" and cfg.rl_config.norm_adv_by_std is False
     assert cfg.runtime.seed == 7 and cfg.data.seed == 7
 

@@ -94,6 +94,8 @@ def _rules(cfg: RewardTrainConfig, explicit: set, err: Errors) -> None:
         for key in ("interval", "num_samples"):
             if f"eval.{key}" in explicit:
                 err.add(f"eval.{key}", "has no effect: there is no evaluation without eval.path; remove it")
+    from mindrl.config.train import check_run_id
+    check_run_id(cfg.logging, err)
 
 
 def _paths(cfg: RewardTrainConfig, err: Errors) -> None:

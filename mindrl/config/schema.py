@@ -138,12 +138,15 @@ class ActorConfig(OptimizerConfig):
     model: str = _opt(path=True, help="model yaml (name in model_configs/ or path) or HF dir")
     tokenizer_name_or_path: str = _opt(path=True, help="tokenizer directory or file")
     load: str | None = _opt(None, path=True, help="initial weights or checkpoint to resume")
-    save: str | None = _opt(None, path=True, help="checkpoint output directory")
+    save: str | None = _opt(None, path=True, help="checkpoint output directory; <run_dir> is replaced by the run "
+                            "directory (logging.log_dir)")
     finetune: bool = _opt(True, help="true: weights only, step 0; false: resume from load")
     no_load_optim: bool = _opt(False, help="on resume, do not restore optimizer state")
     no_load_rng: bool = _opt(False, help="on resume, do not restore RNG state")
     save_interval: int = _opt(0, ge=0, help="save every N steps; 0 = only at the end")
     keep_last: int = _opt(2, ge=0, help="checkpoints kept; 0 = keep all")
+    save_best: str | None = _opt(None, help="a held-out metric (eval/<name>/mean, higher is better): the checkpoint "
+                                 "where it was highest is kept in <save>/best, beside the last ones; null = off")
     tensor_model_parallel_size: int = _opt(1, ge=1, help="tensor parallel degree for training")
     compute_dtype: str | None = _opt(None, choices=COMPUTE_DTYPES,
                                      help="null = from the model config")
@@ -215,9 +218,11 @@ class DataConfig:
 
 @dataclass(kw_only=True)
 class LoggingConfig:
-    log_dir: str = _opt("runs/<name>", path=True,
-                        help="output dir; <name> is replaced by logging.name")
+    log_dir: str = _opt("runs/<name>/<run_id>", path=True,
+                        help="the run directory; <name> is replaced by logging.name, <run_id> by logging.run_id")
     name: str | None = _opt(None, help="run name; null = config file stem")
+    run_id: str | None = _opt(None, help="this run's id in log_dir; null = a new one (its start time), or that of "
+                              "the run a resume continues")
     jsonl: bool = _opt(True, help="write metrics.jsonl")
     tensorboard: bool = _opt(True, help="write tensorboard events")
     log_interval: int = _opt(1, ge=1, help="log every N steps")
@@ -238,6 +243,9 @@ class RuntimeConfig:
 @dataclass(kw_only=True)
 class EvalConfig:
     path: str | None = _opt(None, path=True, help="held-out .mindrecord or .jsonl; null = no eval")
+    dataset_config: str | None = _opt(None, path=True, help="a .jsonl eval.path is tokenized as this `mindrl "
+                                      "preprocess` yaml would (handler, template, map_keys); null = rows of "
+                                      "{prompt, labels} with the prompt used as it is")
     interval: int = _opt(0, ge=0, help="evaluate every N steps; 0 = only before and after training")
     num_samples: int | None = _opt(None, ge=1, help="examples evaluated; null = all")
     max_tokens: int | None = _opt(None, ge=1, help="null = generate_config.max_tokens")

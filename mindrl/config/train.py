@@ -277,6 +277,17 @@ def _check_rules(cfg: TrainConfig, explicit: set[str], err: Errors) -> None:
             if key in explicit and values[key] is not None:
                 err.add(key, "has no effect: there is no reference model without a KL term (rl_config.kl_coef "
                              "is 0); remove it")
+    if actor.save_best is not None:
+        names = ["score"] + list(rl.verifier_function)
+        wanted = [f"eval/{n}/mean" for n in names]
+        if actor.save is None:
+            err.add("actor_config.save_best", "needs actor_config.save (the best checkpoint is kept in <save>/best)")
+        elif cfg.eval.path is None or not cfg.eval.interval:
+            err.add("actor_config.save_best", "needs eval.path and eval.interval > 0: checkpoints are compared by "
+                                              "the held-out metric measured every eval.interval steps")
+        elif actor.save_best not in wanted:
+            err.add("actor_config.save_best", f"{actor.save_best!r} is not a held-out metric this run logs; one of "
+                                              f"{', '.join(wanted)}")
     if actor.save_interval > 0 and actor.save is None:
         err.add("actor_config.save_interval",
                 f"is {actor.save_interval} but actor_config.save is not set; give a save directory")
@@ -286,13 +297,38 @@ def _check_rules(cfg: TrainConfig, explicit: set[str], err: Errors) -> None:
         err.add("generate_config.min_tokens",
                 f"{gen.min_tokens} is larger than max_tokens = {gen.max_tokens}")
     if cfg.eval.path is None:
-        for key in ("interval", "num_samples", "max_tokens"):
+        for key in ("interval", "num_samples", "max_tokens", "dataset_config"):
             inert(f"eval.{key}", "there is no evaluation without eval.path", "eval.path")
+    elif not cfg.eval.path.endswith(".jsonl"):
+        inert("eval.dataset_config", "only a .jsonl eval.path is tokenized by mindrl (a MindRecord already is)")
+    _check_run_dir_keys(cfg, err)
     if not cfg.runtime.enable_compile_cache:
         inert("runtime.compile_cache_path", "runtime.enable_compile_cache is false", "runtime.enable_compile_cache")
     if not cfg.runtime.only_save_strategy:
         inert("runtime.strategy_dir", "strategy files go there only with runtime.only_save_strategy (or `mindrl "
                                       "export-strategy`); checkpoints carry their own", "runtime.only_save_strategy")
+
+
+def _check_run_dir_keys(cfg, err: Errors) -> None:
+    """``logging.run_id`` names one directory; ``<run_dir>`` in a save path needs a run directory to stand for."""
+    lg = cfg.logging
+    check_run_id(lg, err)
+    for section, name in ((cfg.actor_config, "actor_config"), (cfg.critic_config, "critic_config")):
+        if section is not None and section.save and "<run_dir>" in section.save and "<run_dir>" not in \
+                section.save.split("/")[0]:
+            err.add(f"{name}.save", f"{section.save!r}: <run_dir> stands for the run directory and starts the path "
+                                    f"(e.g. <run_dir>/ckpt)")
+
+
+def check_run_id(lg, err: Errors) -> None:
+    """Shared with `mindrl train-rm`'s logging section."""
+    if lg.run_id is not None:
+        if "<run_id>" not in lg.log_dir:
+            err.add("logging.run_id", f"{lg.run_id!r} has no effect: logging.log_dir ({lg.log_dir}) has no <run_id> "
+                                      f"to put it in; remove it, or put <run_id> in log_dir")
+        elif not lg.run_id or "/" in lg.run_id or lg.run_id in (".", "..", "latest") or lg.run_id.startswith("."):
+            err.add("logging.run_id", f"{lg.run_id!r} is not a directory name a run can have (one path part, not "
+                                      f"'latest', not starting with '.')")
 
 
 def total_rows(rl) -> int:
@@ -363,6 +399,9 @@ def _check_paths(cfg: TrainConfig, err: Errors) -> None:
         cfg.data.ptx_path = check.mindrecord("data.ptx_path", cfg.data.ptx_path, allow_jsonl=False)
     if cfg.eval.path is not None:
         cfg.eval.path = check.mindrecord("eval.path", cfg.eval.path, allow_jsonl=True)
+    if cfg.eval.dataset_config is not None:
+        cfg.eval.dataset_config = check.exists("eval.dataset_config", cfg.eval.dataset_config, "dataset config") \
+            or cfg.eval.dataset_config
     for obj, name in ((cfg.logging, "log_dir"), (cfg.runtime, "compile_cache_path"),
                       (cfg.runtime, "strategy_dir")):
         setattr(obj, name, os.path.expanduser(getattr(obj, name)))

@@ -376,6 +376,9 @@ def cli_main(argv=None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2): argparse has printed the message
         return int(exc.code or 0)
+    import time
+    started = time.perf_counter()
+    print(f"converting {args.input} -> {args.output} ...", file=sys.stderr, flush=True)
     try:
         convert(args.input, args.output, model_config=args.model_config, dtype=args.dtype, overwrite=args.overwrite,
                 tokenizer=args.tokenizer, to_yaml=args.to_yaml, write_config=not args.no_config)
@@ -386,6 +389,7 @@ def cli_main(argv=None) -> int:
         where = err.filename or args.output
         print(f"mindrl convert: error: {where}: {err.strerror or err}", file=sys.stderr)
         return 1
+    print(f"wrote {args.output} ({time.perf_counter() - started:.1f} s)", flush=True)
     return 0
 
 

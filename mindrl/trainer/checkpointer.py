@@ -110,6 +110,10 @@ class BestCheckpoint:
 
     NAME = "best"
 
+    @classmethod
+    def create(cls, actor, is_main: bool) -> Optional["BestCheckpoint"]:
+        return cls(actor.save, actor.save_best, is_main) if actor.save_best else None
+
     def __init__(self, root: str, metric: str, is_main: bool):
         self.root, self.metric, self.is_main = root, metric, is_main
         self.value, self.step = None, None

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 
@@ -12,6 +13,11 @@ def _parser(prog, description):
     ap.add_argument("--config", required=True, help="training yaml (see docs/configuration.md)")
     ap.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override any config key")
     return ap
+
+
+def _args(ap, argv):
+    """Flags and key=value overrides in any order."""
+    return ap.parse_intermixed_args(argv)
 
 
 def _load(args):
@@ -27,14 +33,14 @@ def _load(args):
         return None
 
 
-def _build(cfg):
+def _build(cfg, run_dir: bool = True):
     """The trainer, or None after printing why the setup cannot run (a layout that does not divide the batch, a
     damaged checkpoint found while loading): such errors are the config's, found before anything compiles."""
     from mindrl.config import ConfigError
     from mindrl.models.safetensors_io import CheckpointError
     from mindrl.trainer.loop import RLTrainer
     try:
-        return RLTrainer(cfg)
+        return RLTrainer(cfg, run_dir=run_dir)
     except (ConfigError, CheckpointError) as err:
         print(f"mindrl: config error:\n{err}", file=sys.stderr)
         return None
@@ -42,7 +48,6 @@ def _build(cfg):
 
 def _setup_logging():
     """INFO on rank 0; other msrun ranks report only warnings and errors (prefixed with their rank)."""
-    import os
     rank = os.environ.get("RANK_ID", "0")
     fmt = "%(asctime)s %(name)s %(levelname)s %(message)s" if rank == "0" else \
         f"%(asctime)s [rank {rank}] %(name)s %(levelname)s %(message)s"
@@ -50,7 +55,7 @@ def _setup_logging():
 
 
 def train_main(argv) -> int:
-    args = _parser("mindrl train", "RL training (GRPO, PPO, ...) from a yaml config").parse_args(argv)
+    args = _args(_parser("mindrl train", "RL training (GRPO, PPO, ...) from a yaml config"), argv)
     cfg = _load(args)
     if cfg is None:
         return 2
@@ -78,7 +83,9 @@ def train_main(argv) -> int:
 
 
 def evaluate_main(argv) -> int:
-    args = _parser("mindrl evaluate", "greedy evaluation of actor_config.load on eval.path").parse_args(argv)
+    ap = _parser("mindrl evaluate", "greedy evaluation of actor_config.load on eval.path")
+    ap.add_argument("--dump", metavar="FILE.jsonl", help="also write every prompt, response, label and score")
+    args = _args(ap, argv)
     cfg = _load(args)
     if cfg is None:
         return 2
@@ -87,18 +94,24 @@ def evaluate_main(argv) -> int:
         return 2
     cfg.rl_config.train_iters = 0
     _setup_logging()
-    trainer = _build(cfg)
+    trainer = _build(cfg, run_dir=False)
     if trainer is None:
         return 2
-    result = trainer.evaluate()
+    if trainer.run.topo.is_main:
+        n = len(trainer.evaluate.data()[0])
+        print(f"evaluating {n} held-out prompts from {cfg.eval.path} with {cfg.actor_config.load} (greedy; the "
+              f"first batch compiles the rollout graphs)", file=sys.stderr, flush=True)
+    result = trainer.evaluate(dump=args.dump)
     if trainer.run.topo.is_main:
         print(json.dumps(result, indent=2))
+        if args.dump:
+            print(f"wrote {result['eval/num_samples']} predictions to {args.dump}", file=sys.stderr)
     return 0
 
 
 def export_strategy_main(argv) -> int:
     """`mindrl export-strategy --config X` == `mindrl train --config X runtime.only_save_strategy=true`."""
-    args = _parser("mindrl export-strategy", "compile every model, write per-rank strategy files, exit").parse_args(argv)
+    args = _args(_parser("mindrl export-strategy", "compile every model, write per-rank strategy files, exit"), argv)
     args.overrides = ["runtime.only_save_strategy=true"] + list(args.overrides)
     cfg = _load(args)
     if cfg is None:
@@ -111,7 +124,10 @@ def _export_strategy(cfg) -> int:
     """Build and compile every model of the run (static shapes, fixed order), write
     ``<strategy_dir>/<stage>_<model>_strategy/strategy_<rank>.json``, and exit without training."""
     from mindrl.trainer.roles import write_strategy
-    trainer = _build(cfg)  # compiles everything: only_save_strategy implies static shapes
+    if os.environ.get("RANK_ID", "0") == "0":
+        print("building and compiling every model of the run to write its strategy files (static shapes; a minute "
+              "or more for large models) ...", file=sys.stderr, flush=True)
+    trainer = _build(cfg, run_dir=False)  # compiles everything: only_save_strategy implies static shapes
     if trainer is None:
         return 2
     stages = [stage for role in trainer.roles() for stage in role.stages()]

@@ -28,6 +28,17 @@ def bucket(n: int, minimum: int = 8) -> int:
     return b
 
 
+def _set_up_run_dir(cfg: TrainConfig, is_main: bool, exchange) -> None:
+    """This run's directory (trainer/run_dir.py), and the checkpoint paths that live inside it."""
+    from mindrl.trainer.run_dir import expand_run_dir, set_up_run_dir
+    actor = cfg.actor_config
+    run_dir = set_up_run_dir(cfg.logging, is_main, exchange, load=actor.load, resuming=not actor.finetune,
+                             checkpoints=actor.save)
+    for section in (actor, cfg.critic_config):
+        if section is not None:
+            section.save = expand_run_dir(section.save, run_dir)
+
+
 @dataclass
 class RunContext:
     cfg: TrainConfig
@@ -39,7 +50,9 @@ class RunContext:
     static_shapes: bool     # fixed graph shapes and compile order (compile cache, strategy export)
 
     @classmethod
-    def create(cls, cfg: TrainConfig) -> "RunContext":
+    def create(cls, cfg: TrainConfig, run_dir: bool = True) -> "RunContext":
+        """``run_dir``: claim this run's directory (logging.log_dir) and put it into the checkpoint paths; off for
+        work that writes no run (``mindrl evaluate``, ``export-strategy``)."""
         from mindrl.data.tokenizer import load_tokenizer
         from mindrl.models.config import load_model_config
         from mindrl.runtime import setup_context
@@ -79,12 +92,15 @@ class RunContext:
                 raise ConfigError(f"rl_config.pretrain_coef: PPO-ptx's {chunk} SFT rows per mini-batch do not split "
                                  f"into train data parallel size {topo.train.dp} x micro-batches of "
                                  f"rl_config.micro_batch_size {rl.micro_batch_size}")
+        exchange = Exchange(topo.world)
+        if run_dir:
+            _set_up_run_dir(cfg, topo.is_main, exchange)
         tokenizer = load_tokenizer(actor.tokenizer_name_or_path)
         model_config = load_model_config(actor.model)
         if actor.compute_dtype:
             model_config = model_config.replace(compute_dtype=actor.compute_dtype)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        return cls(cfg, topo, Exchange(topo.world), tokenizer, model_config, pad_id, static)
+        return cls(cfg, topo, exchange, tokenizer, model_config, pad_id, static)
 
     @property
     def seed(self) -> int:
@@ -107,11 +123,15 @@ class RunContext:
                               repetition_penalty=gen.repetition_penalty,
                               stop_token_ids=sorted(set(stops))).validate()
 
+    def static_widths(self) -> tuple:
+        """(prompt width, response width) of the widest batch: the buckets of the configured maxima."""
+        gen = self.cfg.generate_config
+        return bucket(gen.max_prompt_length), bucket(gen.max_tokens, 4)
+
     def train_widths(self, exp) -> tuple:
         """(prompt width, response width) the training graphs run at for ``exp``: fixed buckets of the configured
         maxima with static shapes, else the smallest buckets that hold the batch."""
-        gen = self.cfg.generate_config
         if self.static_shapes:
-            return bucket(gen.max_prompt_length), bucket(gen.max_tokens, 4)
+            return self.static_widths()
         longest_p, longest_r = exp.widths_needed()
         return bucket(longest_p), bucket(longest_r, 4)

@@ -24,10 +24,11 @@ log = logging.getLogger("mindrl.train")
 
 
 class RLTrainer:
-    def __init__(self, cfg: TrainConfig, reward_funcs=None):
+    def __init__(self, cfg: TrainConfig, reward_funcs=None, run_dir: bool = True):
+        """``run_dir``: claim a run directory (logging.log_dir); False for work that writes no run (evaluate)."""
         from mindrl.algorithms import get_advantage_estimator, make_kl_controller
         from mindrl.rewards.computer import build_reward_computer
-        from mindrl.trainer.checkpointer import Checkpointer, restore_run_state
+        from mindrl.trainer.checkpointer import BestCheckpoint, Checkpointer, restore_run_state
         from mindrl.trainer.context import RunContext
         from mindrl.trainer.evaluation import Evaluator
         from mindrl.trainer.experience_maker import ExperienceMaker
@@ -38,7 +39,7 @@ class RLTrainer:
         preflight(cfg)  # files that do not fit the config are refused before anything is built
         self.cfg = cfg
         self.rewards = build_reward_computer(rl, reward_funcs)  # a bad verifier fails before any model is built
-        self.run = run = RunContext.create(cfg)
+        self.run = run = RunContext.create(cfg, run_dir)
         self.estimator = get_advantage_estimator(rl.adv_estimator)
         self.policy = Policy(run)
         self.reference = Reference(run) if rl.kl_coef > 0 else None
@@ -49,6 +50,7 @@ class RLTrainer:
         self.maker = ExperienceMaker(run, self.policy, self.rewards, self.reference, self.critic, self.reward_model)
         self.evaluate = Evaluator(run, self.policy, self.rewards, self.maker.sampling.stop_token_ids)
         self.checkpointer = Checkpointer(run, [r for r in (self.policy, self.critic) if r is not None])
+        self.best = BestCheckpoint.create(cfg.actor_config, run.topo.is_main)  # None without actor_config.save_best
         self.step = 0
         self.guard = NumericalGuard(rl.max_bad_steps, run.topo.is_main)
         restore_run_state(self, self.checkpointer.resume())
@@ -83,8 +85,7 @@ class RLTrainer:
         metrics["train/skipped_updates"] = self._skipped() - skipped_before
         metrics.update(memory_metrics())
         self.step += 1
-        self.guard.check(self.step, metrics, reward_ok,
-                         self.checkpointer.newest if self.cfg.actor_config.save else None)
+        self.guard.check(self.step, metrics, reward_ok, self.checkpointer.newest)
         return metrics
 
     def _skipped(self) -> int:
@@ -112,7 +113,7 @@ class RLTrainer:
     def fit(self) -> dict:
         from mindrl.trainer.run_log import RunLog
         rl, actor, ev = self.cfg.rl_config, self.cfg.actor_config, self.cfg.eval
-        out = RunLog(self.cfg, self.run.topo.is_main, start=self.step)
+        out = RunLog(self.cfg, self.run.topo.is_main, start=self.step, compiled=self.run.static_shapes)
         if ev.path and self.step == 0:  # a resumed run measured its start already
             out.eval("before", self.step, self.evaluate())
         while self.step < rl.train_iters:
@@ -121,8 +122,10 @@ class RLTrainer:
             if ev.path and (last or ev.interval and self.step % ev.interval == 0):
                 metrics.update(self.evaluate())  # in the step's own row: every step is one line of metrics.jsonl
             out.step(self.step, metrics)
-            if actor.save and (last or actor.save_interval and self.step % actor.save_interval == 0):
-                self.save()
+            saved = self.save() if actor.save and (last or actor.save_interval and self.step % actor.save_interval
+                                                   == 0) else None
+            if self.best is not None and self.best.better(metrics):  # actor_config.save_best
+                self.best.keep(saved or self.save(), self.step, metrics[actor.save_best])
         if ev.path:
             last_row = out.summary.get("last") or self.evaluate()
             out.eval("after", self.step, {k: v for k, v in last_row.items() if k.startswith("eval/")}, record=False)
@@ -139,11 +142,9 @@ class RLTrainer:
 
     def compile_all(self) -> None:
         """Every graph of the run, role by role in a fixed order (the compile cache matches entries by order)."""
-        from mindrl.trainer.context import bucket
-        gen = self.cfg.generate_config
-        widths = bucket(gen.max_prompt_length), bucket(gen.max_tokens, 4)
+        log.info("compiling every graph of the run (a warm runtime.compile_cache_path loads them instead)")
         for role in self.roles():
-            role.compile(*widths)
+            role.compile(*self.run.static_widths())
 
 
 GRPOTrainer = RLTrainer  # the name TRL and MindSpeed-RL users look for; the loop serves every estimator

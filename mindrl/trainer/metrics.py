@@ -49,6 +49,15 @@ def memory_metrics() -> dict:
     return {"memory/rss_gb": (rss if rss is not None else peak) / 2**30, "memory/peak_rss_gb": peak / 2**30}
 
 
+def progress_bar(total: int, desc: str, enabled: bool, initial: int = 0):
+    """A tqdm bar on a terminal; none when stderr is a file or a pipe, where the step lines are the progress (a bar
+    there interleaves with them on one line)."""
+    import sys
+    from tqdm import tqdm
+    return tqdm(total=total, initial=initial, desc=desc, disable=not (enabled and sys.stderr.isatty()),
+                file=sys.stderr, dynamic_ncols=True)
+
+
 class MetricsLogger:
     """Writes one JSON line per step and TensorBoard scalars; rank 0 only."""
 

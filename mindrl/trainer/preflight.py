@@ -183,6 +183,8 @@ def _check_data(lines: List[str], cfg, policy) -> None:
     sets = [("data.path", cfg.data.path)]
     if cfg.eval.path and cfg.eval.path.endswith(".mindrecord"):
         sets.append(("eval.path", cfg.eval.path))
+    elif cfg.eval.path:
+        _check_jsonl_eval_set(lines, cfg, policy)
     for key, path in sets:
         st = os.stat(path)
         cache_key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, cfg.data.prompt_key)
@@ -199,6 +201,31 @@ def _check_data(lines: List[str], cfg, policy) -> None:
         if stats["max_id"] >= policy.vocab_size:
             lines.append(f"{key}: {path} row {stats['max_id_row']} holds token id {stats['max_id']}, beyond the model's "
                          f"vocab_size {policy.vocab_size}: the data was tokenized with another tokenizer")
+
+
+def _check_jsonl_eval_set(lines: List[str], cfg, policy) -> None:
+    """A .jsonl held-out set is tokenized now (the evaluator reuses it): a row that cannot be read or tokenized is
+    named by file and line, and its prompts must fit max_prompt_length and the vocabulary like the training set's."""
+    from mindrl.trainer.evaluation import EvalSetError, load_eval_set
+    from mindrl.data.preprocess import PreprocessError
+    ev, gen = cfg.eval, cfg.generate_config
+    try:
+        prompts, _ = load_eval_set(ev.path, cfg.data.prompt_key, cfg.data.label_key, ev.num_samples,
+                                   cfg.actor_config.tokenizer_name_or_path, ev.dataset_config)
+    except (EvalSetError, PreprocessError) as err:
+        lines.append(f"eval.path: {err}" if isinstance(err, EvalSetError) else f"eval.dataset_config: {err}")
+        return
+    if not prompts:
+        lines.append(f"eval.path: {ev.path} holds no rows")
+        return
+    longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
+    if len(prompts[longest]) > gen.max_prompt_length:
+        lines.append(f"eval.path: {ev.path} row {longest + 1} has a {len(prompts[longest])}-token prompt, longer than "
+                     f"generate_config.max_prompt_length={gen.max_prompt_length}")
+    top = max(range(len(prompts)), key=lambda i: max(prompts[i], default=-1))
+    if max(prompts[top], default=-1) >= policy.vocab_size:
+        lines.append(f"eval.path: {ev.path} row {top + 1} holds token id {max(prompts[top])}, beyond the model's "
+                     f"vocab_size {policy.vocab_size}")
 
 
 def checkpoint_bytes(cfg, policy) -> int:

@@ -169,8 +169,10 @@ class RewardModelTrainer:
     def fit(self) -> dict:
         from mindrl.io import write_text
         from mindrl.trainer.metrics import MetricsLogger
+        from mindrl.trainer.run_dir import set_up_run_dir
         cfg, main = self.cfg, self.topo.is_main
         lg, ev = cfg.logging, cfg.eval
+        set_up_run_dir(lg, main, self.exchange, checkpoints=cfg.rm_config.save)
         logger = MetricsLogger(lg.log_dir, lg.jsonl, lg.tensorboard, enabled=main)
         if main:
             write_text(os.path.join(lg.log_dir, "config.yaml"), _to_yaml(cfg))
@@ -179,9 +181,8 @@ class RewardModelTrainer:
             summary["eval_before"] = self.evaluate()
             logger.log(0, summary["eval_before"])
             _say(main, "eval before training: " + _fmt(summary["eval_before"]))
-        from tqdm import tqdm
-        bar = tqdm(total=self.total, desc="train-rm", disable=not (lg.progress_bar and main), file=sys.stderr,
-                   dynamic_ncols=True)
+        from mindrl.trainer.metrics import progress_bar
+        bar = progress_bar(self.total, "train-rm", lg.progress_bar and main)
         batches, started = self._batches(), time.perf_counter()
         for step in range(self.total):
             metrics = self.train_step(next(batches), step)

@@ -1,0 +1,238 @@
+"""A user's run: one directory per run (runs/<name>/<run id>, `latest`), a resumed run continuing its own directory
+with each step once, the report (report.png, report.md) at the end of a run and `mindrl plot` for several runs."""
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+CONFIG = os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml")
+POLICY = os.path.join(ROOT, "examples", "tiny", "policy")  # the demo's warmed-up policy: its held-out score moves
+
+
+# -- run directories without MindSpore -------------------------------------------------------------------------
+
+def logging_section(log_dir, run_id=None, name="demo"):
+    return SimpleNamespace(log_dir=str(log_dir), run_id=run_id, name=name)
+
+
+def test_each_new_run_gets_its_own_directory_and_latest_follows(tmp_path):
+    from mindrl.trainer.run_dir import set_up_run_dir
+    made = []
+    for _ in range(3):  # three runs started within the same second: three directories
+        lg = logging_section(tmp_path / "runs" / "demo" / "<run_id>")
+        made.append(set_up_run_dir(lg, True))
+        assert lg.log_dir == made[-1] and os.path.basename(made[-1]) == lg.run_id
+    assert len(set(made)) == 3 and all(os.path.isdir(d) for d in made)
+    latest = tmp_path / "runs" / "demo" / "latest"
+    assert os.path.islink(latest) and os.path.realpath(latest) == os.path.realpath(made[-1])
+    info = json.loads((latest / "run.json").read_text())
+    assert info["run_id"] == os.path.basename(made[-1]) and info["name"] == "demo" and "resumed" not in info
+
+
+def test_a_resume_continues_the_directory_of_the_run_it_loads(tmp_path):
+    from mindrl.trainer.run_dir import expand_run_dir, set_up_run_dir
+    first = set_up_run_dir(logging_section(tmp_path / "<run_id>"), True, checkpoints="<run_dir>/ckpt")
+    ckpt = os.path.join(first, "ckpt", "iter_0000002")
+    os.makedirs(os.path.join(ckpt, "policy"))
+    assert json.loads(open(os.path.join(first, "run.json")).read())["checkpoints"] == expand_run_dir(
+        "<run_dir>/ckpt", first)
+    for load in (ckpt, os.path.join(tmp_path, "latest", "ckpt")):  # an iter_* directory, or the save root via latest
+        lg = logging_section(tmp_path / "<run_id>")
+        assert set_up_run_dir(lg, True, load=load, resuming=True) == first
+    assert len(json.loads(open(os.path.join(first, "run.json")).read())["resumed"]) == 2
+    lg = logging_section(tmp_path / "<run_id>")  # the same checkpoint as a starting point: a new run
+    assert set_up_run_dir(lg, True, load=ckpt, resuming=False) != first
+
+
+def test_a_new_run_into_a_directory_holding_one_is_refused(tmp_path):
+    from mindrl.config import ConfigError
+    from mindrl.trainer.run_dir import set_up_run_dir
+    first = set_up_run_dir(logging_section(tmp_path / "fixed"), True)
+    assert set_up_run_dir(logging_section(tmp_path / "fixed"), True) == first  # built, never trained: not a run yet
+    write_metrics(first, [{"step": 1, "e2e_tps": 1.0}])
+    with pytest.raises(ConfigError, match=r"logging.log_dir: .*fixed already holds a run"):
+        set_up_run_dir(logging_section(tmp_path / "fixed"), True)
+    assert set_up_run_dir(logging_section(tmp_path / "fixed"), True, load="x", resuming=True) == first
+    named = set_up_run_dir(logging_section(tmp_path / "<run_id>", run_id="baseline"), True)
+    write_metrics(named, [{"step": 1, "e2e_tps": 1.0}])
+    with pytest.raises(ConfigError, match=r"baseline already holds a run"):
+        set_up_run_dir(logging_section(tmp_path / "<run_id>", run_id="baseline"), True)
+
+
+def test_run_id_and_run_dir_keys_are_checked_at_load():
+    from mindrl.config import ConfigError, load_train_config
+    with pytest.raises(ConfigError, match=r"logging.run_id: 'a/b' is not a directory name"):
+        load_train_config(CONFIG, ["logging.run_id=a/b"], check_paths=False)
+    with pytest.raises(ConfigError, match=r"logging.run_id: 'x' has no effect: logging.log_dir .* has no <run_id>"):
+        load_train_config(CONFIG, ["logging.run_id=x", "logging.log_dir=somewhere"], check_paths=False)
+    with pytest.raises(ConfigError, match=r"actor_config.save: 'ckpt/<run_dir>': <run_dir> stands for the run dir"):
+        load_train_config(CONFIG, ["actor_config.save=ckpt/<run_dir>"], check_paths=False)
+    cfg = load_train_config(CONFIG, [], check_paths=False)
+    assert cfg.logging.log_dir == "runs/tiny_math/<run_id>" and cfg.actor_config.save == "<run_dir>/ckpt"
+
+
+# -- the report -----------------------------------------------------------------------------------------------
+
+def write_metrics(run_dir, rows):
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "metrics.jsonl"), "w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+        fh.write('{"step": 99, "grpo/sco')  # a torn last line, as a killed run leaves
+
+
+def fake_rows(n, seed, ppo=False):
+    rng = np.random.default_rng(seed)
+    rows = [{"step": 0, "eval/score/mean": 0.4, "eval/last_number/mean": 0.4}]
+    for s in range(1, n + 1):
+        row = {"step": s, "timing/all": 1.0 + rng.random(), "timing/rollout": 0.5, "timing/update": 0.4,
+               "e2e_tps": 500 + s, "actor/entropy": 1.0 - s / 100, "actor/ppo_kl": 0.01 * rng.random(),
+               "response_length/mean": 3 + rng.random(), "response_length/min": 2, "response_length/max": 6,
+               ("critic/score/mean" if ppo else "grpo/score/mean"): 0.3 + s / n * 0.2}
+        if ppo:
+            row.update({"critic/values/mean": 0.1, "critic/rewards/mean": 0.2, "actor/reward_kl_penalty": 0.05})
+        if s % 5 == 0:
+            row["eval/score/mean"] = row["eval/last_number/mean"] = 0.4 + s / n * 0.2 - (0.1 if s == 10 else 0)
+        rows.append(row)
+    return rows
+
+
+def test_report_summarises_and_draws_a_run(tmp_path):
+    from mindrl.trainer.report import read_rows, summarize, write_report
+    run = tmp_path / "runs" / "demo" / "r1"
+    rows = fake_rows(20, 0)
+    write_metrics(run, rows)
+    assert [r["step"] for r in read_rows(str(run))] == list(range(21))  # the torn line is skipped
+    s = summarize(read_rows(str(run)))
+    train = [r for r in rows if "timing/all" in r]
+    assert s["steps"] == 20 and s["train_seconds"] == pytest.approx(sum(r["timing/all"] for r in train), abs=0.05)
+    assert s["score_key"] == "grpo/score/mean"
+    assert s["score_first"] == pytest.approx(np.mean([r["grpo/score/mean"] for r in train[:2]]))
+    ev = s["eval"]["eval/last_number/mean"]
+    assert (ev["first"], ev["first_step"], ev["last_step"], ev["best_step"]) == (0.4, 0, 20, 20)
+    assert ev["best"] == pytest.approx(0.6) and ev["last"] == pytest.approx(0.6)
+    lines = write_report(str(run), "somewhere/ckpt")
+    assert any("eval/last_number/mean: 0.4000 (step 0) -> 0.6000 (step 20); best 0.6000 at step 20" in line
+               for line in lines), lines
+    md = (run / "report.md").read_text()
+    assert "![metrics](report.png)" in md and "`somewhere/ckpt`" in md
+    png = (run / "report.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
+
+
+def test_mindrl_plot_overlays_runs_and_refuses_a_non_run(tmp_path):
+    import matplotlib.image as mpimg
+    for i, ppo in ((1, False), (2, True)):
+        write_metrics(tmp_path / f"r{i}", fake_rows(12, i, ppo))
+    out = tmp_path / "both.png"
+    env = dict(os.environ, GLOG_v="3")
+    res = subprocess.run([sys.executable, "-m", "mindrl.cli", "plot", str(tmp_path / "r1"), str(tmp_path / "r2"),
+                          "-o", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"wrote {out}"
+    img = mpimg.imread(str(out))
+    assert img.shape[0] > 400 and img.shape[1] > 800 and img[..., :3].std() > 0.05  # a drawn picture, not blank
+    res = subprocess.run([sys.executable, "-m", "mindrl.cli", "plot", str(tmp_path)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "no metrics.jsonl (is it a run directory?)" in res.stderr
+
+
+# -- held-out evaluation: jsonl sets, predictions, the best checkpoint ---------------------------------------
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    from conftest import make_grpo_workdir
+    return make_grpo_workdir(tmp_path_factory.mktemp("runs"))
+
+
+def eval_settings(d, log_dir, **over):
+    from conftest import tiny_run_settings
+    return tiny_run_settings(d, log_dir, **{"eval.path": str(d / "heldout.jsonl"),
+                                            "eval.dataset_config": os.path.join(ROOT, "configs", "datasets",
+                                                                                "tiny_math.yaml"), **over})
+
+
+def test_a_jsonl_eval_set_is_tokenized_like_its_mindrecord(workdir):
+    """eval.path: heldout.jsonl with the preprocess yaml gives the prompts and labels `mindrl preprocess` wrote."""
+    from mindrl.trainer.evaluation import load_eval_set
+    tok = os.path.join(ROOT, "examples", "tiny", "tokenizer")
+    want = load_eval_set(str(workdir / "heldout.mindrecord"), "prompt_ids", "labels")
+    got = load_eval_set(str(workdir / "heldout.jsonl"), "prompt_ids", "labels", None, tok,
+                        os.path.join(ROOT, "configs", "datasets", "tiny_math.yaml"))
+    assert [list(map(int, p)) for p in want[0]] == got[0] and list(map(str, want[1])) == got[1]
+    assert len(got[0]) == 16
+
+
+def test_evaluate_dumps_every_prediction_with_its_scores(workdir, tmp_path):
+    from conftest import as_overrides
+    dump = tmp_path / "pred" / "predictions.jsonl"
+    res = subprocess.run([sys.executable, "-m", "mindrl.cli", "evaluate", "--config", CONFIG]
+                         + as_overrides(eval_settings(workdir, tmp_path / "logs")) + ["--dump", str(dump)],
+                         cwd=ROOT, env=dict(os.environ, GLOG_v="3"), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    result = json.loads(res.stdout)
+    rows = [json.loads(line) for line in dump.read_text().splitlines()]
+    assert len(rows) == result["eval/num_samples"] == 16
+    prompts = [json.loads(line) for line in (workdir / "heldout.jsonl").read_text().splitlines()]
+    from mindrl.rewards.verifiers import last_number_reward
+    for row, src in zip(rows, prompts):
+        assert row["prompt"] == src["prompt"] and row["label"] == src["labels"]
+        assert row["verifiers"]["last_number"] == last_number_reward(row["response"], row["label"])
+        assert row["score"] == pytest.approx(row["verifiers"]["last_number"] + row["verifiers"]["ones"])
+    assert result["eval/last_number/mean"] == pytest.approx(np.mean([r["verifiers"]["last_number"] for r in rows]))
+    assert f"wrote 16 predictions to {dump}" in res.stderr
+    assert not (tmp_path / "logs").exists()  # evaluate writes no run directory
+
+
+def test_a_bad_jsonl_eval_row_is_refused_before_anything_runs(workdir, tmp_path):
+    from conftest import as_overrides
+    bad = tmp_path / "heldout.jsonl"
+    bad.write_text('{"prompt": "12+34-05=", "labels": "41"}\n{"prompt": "12+34-05=", "labels": \n')
+    res = subprocess.run([sys.executable, "-m", "mindrl.cli", "train", "--config", CONFIG]
+                         + as_overrides(eval_settings(workdir, tmp_path / "logs", **{"eval.path": str(bad)})),
+                         cwd=ROOT, env=dict(os.environ, GLOG_v="3"), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 2
+    assert f"eval.path: {bad}:2: " in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+def test_save_best_keeps_the_checkpoint_of_the_best_held_out_step(workdir, tmp_path):
+    """actor_config.save_best: <save>/best holds the weights of the step whose eval metric was highest (compared
+    against the metrics.jsonl the run wrote), beside the keep_last newest checkpoints."""
+    from conftest import as_overrides
+    from mindrl.config import load_train_config
+    from mindrl.models.weights import TensorSource
+    from mindrl.trainer import RLTrainer
+    save = tmp_path / "ckpt"
+    cfg = load_train_config(CONFIG, as_overrides(eval_settings(workdir, tmp_path / "logs", **{
+        "rl_config.train_iters": 6, "eval.interval": 1, "actor_config.save": str(save),
+        "actor_config.save_interval": 1, "actor_config.keep_last": 1, "actor_config.save_best": "eval/last_number/mean",
+        "actor_config.model": POLICY, "actor_config.load": POLICY, "actor_config.lr": 2e-4,
+        "rl_config.global_batch_size": 16, "rl_config.mini_batch_size": 64, "rl_config.micro_batch_size": 64})))
+    t = RLTrainer(cfg)
+    weights = {}
+    save_step = t.save
+
+    def remember():
+        path = save_step()
+        weights[t.step] = t.policy.state_dict()
+        return path
+    t.save = remember
+    t.fit()
+    rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r["eval/last_number/mean"] for r in rows if r["step"] > 0 and "eval/last_number/mean" in r}
+    best_step = max(evals, key=lambda s: (evals[s], -s))  # the first step that reached the highest value
+    info = json.loads((save / "best" / "best.json").read_text())
+    assert (info["step"], info["metric"]) == (best_step, "eval/last_number/mean")
+    assert info["value"] == pytest.approx(evals[best_step])
+    assert len(set(evals.values())) > 1, "the metric never moved: the test cannot tell the steps apart"
+    kept = TensorSource(str(save / "best" / "policy"))
+    for name, value in weights[best_step].items():
+        np.testing.assert_array_equal(kept.get(name), value)
+    assert sorted(n for n in os.listdir(save) if n.startswith("iter_")) == ["iter_0000006"]  # keep_last 1
