@@ -585,6 +585,26 @@ def config_from_dict(data: dict, overrides: Iterable[str] = (), *, source: str =
     return cfg
 
 
+def raw_config(config, overrides: Iterable[str] = (), kind: ConfigKind | None = None) -> dict:
+    """The mapping a yaml path (or a dict) gives after alias spellings and ``key=value`` overrides, before any
+    default or check: what the user wrote. Raises ConfigError for unreadable files and bad overrides only."""
+    if kind is None:
+        from mindrl.config.train import TRAIN as kind
+    source = "<dict>" if isinstance(config, dict) else os.fspath(config)
+    if not isinstance(config, dict):
+        try:
+            with open(os.path.expanduser(source), encoding="utf-8") as fh:
+                config = parse_yaml(fh.read(), source)
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read config file: {exc}") from None
+    raw = copy.deepcopy(config or {})
+    err = Errors(source)
+    _canonicalize(kind, raw, err)
+    _apply_overrides(kind, raw, overrides, err)
+    err.raise_if_any()
+    return raw
+
+
 def load_config(path: str | os.PathLike, overrides: Iterable[str] = (), *, check_paths: bool = True,
                 kind: ConfigKind | None = None):
     """Load ``path``, apply ``section.key=value`` overrides, resolve defaults and validate.

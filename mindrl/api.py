@@ -1,0 +1,101 @@
+"""The Python API, for people who come from TRL::
+
+    from mindrl import GRPOTrainer, load_config
+
+    def brevity(response: str, label: str) -> float:
+        return 1.0 if len(response) < 40 else 0.0
+
+    cfg = load_config("examples/grpo/tiny_math.yaml", ["rl_config.train_iters=5"], reward_funcs=[brevity])
+    trainer = GRPOTrainer(cfg, reward_funcs=[brevity])
+    summary = trainer.fit()                 # the same run `mindrl train` makes: run directory, metrics, report
+    trainer.evaluate()                      # {"eval/score/mean": ...} on eval.path
+
+``GRPOTrainer(config, reward_funcs=..., overrides=...)`` also takes the yaml path or a dict of sections directly.
+A reward function is ``f(response_text, label) -> float``, called per sample under ``rl_config.verifier_timeout``
+like every reward. Functions that ``rl_config.verifier_function`` does not name are added to it with weight 1.0
+(and, as in TRL, they are the whole reward when the config names no verifier). The estimator is the config's
+``rl_config.adv_estimator``: ``PPOTrainer`` is the same class, for a config with ``adv_estimator: gae`` and a
+``critic_config`` section.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterable, Optional, Sequence, Union
+
+from mindrl.config import TrainConfig, config_from_dict
+from mindrl.config import load_config as _load_yaml
+from mindrl.trainer.loop import RLTrainer
+
+RewardFunc = Callable[[str, str], float]
+
+
+def reward_name(fn: RewardFunc) -> str:
+    name = getattr(fn, "__name__", None)
+    if not name or name == "<lambda>":
+        raise ValueError(f"reward_funcs: {fn!r} has no name; give it one (def my_reward(response, label): ...) "
+                         f"so verifier_function and the metrics (grpo/rewards/<name>/mean) can name it")
+    return name
+
+
+def _register(reward_funcs: Iterable[RewardFunc]) -> list:
+    from mindrl.rewards.verifiers import register_reward, VERIFIERS
+    names = []
+    for fn in reward_funcs or ():
+        name = reward_name(fn)
+        if VERIFIERS.get(name) is not fn:
+            register_reward(name)(fn)
+        names.append(name)
+    return names
+
+
+def load_config(config: Union[str, os.PathLike, dict], overrides: Sequence[str] = (),
+                reward_funcs: Optional[Sequence[RewardFunc]] = None) -> TrainConfig:
+    """A validated training config from a yaml path or a dict of sections, with ``key=value`` overrides.
+
+    ``reward_funcs`` are registered first (so ``verifier_function`` may name them) and those it does not name
+    are appended with weight 1.0. Raises ``mindrl.config.ConfigError`` naming the key of every problem."""
+    names = _register(reward_funcs)
+    overrides = list(overrides)
+    if names:
+        overrides = _with_reward_funcs(config, overrides, names)
+    if isinstance(config, dict):
+        return config_from_dict(config, overrides, source="<dict>", name=config.get("logging", {}).get("name")
+                                or "run")
+    return _load_yaml(config, overrides)
+
+
+def _with_reward_funcs(config, overrides: list, names: list) -> list:
+    """Overrides that add the functions ``verifier_function`` does not name yet (weight 1.0 each)."""
+    from mindrl.config.loader import raw_config
+    rl = raw_config(config, overrides).get("rl_config") or {}
+    verifiers = list(rl.get("verifier_function") or [])  # none named: the functions are the whole reward
+    weights = list(rl.get("verifier_weight") or [1.0] * len(verifiers))
+    for name in names:
+        if name not in verifiers:
+            verifiers.append(name)
+            weights.append(1.0)
+    return overrides + [f"rl_config.verifier_function=[{','.join(verifiers)}]",
+                        f"rl_config.verifier_weight=[{','.join(repr(float(w)) for w in weights)}]"]
+
+
+class GRPOTrainer(RLTrainer):
+    """The RL trainer (every estimator) built from a config object, a yaml path or a dict of sections."""
+
+    def __init__(self, config: Union[TrainConfig, str, os.PathLike, dict],
+                 reward_funcs: Optional[Sequence[RewardFunc]] = None, overrides: Sequence[str] = ()):
+        if not isinstance(config, TrainConfig):
+            config = load_config(config, overrides, reward_funcs)
+        elif overrides:
+            raise ValueError("overrides apply to a yaml path or a dict; a loaded config already has them")
+        else:
+            _register(reward_funcs)
+            missing = [reward_name(f) for f in reward_funcs or ()
+                       if reward_name(f) not in config.rl_config.verifier_function]
+            if missing:
+                raise ValueError(f"reward_funcs: {', '.join(missing)} not in the config's "
+                                 f"rl_config.verifier_function; load the config with "
+                                 f"load_config(..., reward_funcs=[...]) so they are added")
+        super().__init__(config, reward_funcs)
+
+
+PPOTrainer = GRPOTrainer  # one loop: the config's adv_estimator (gae + critic_config) makes it PPO
