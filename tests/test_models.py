@@ -82,6 +82,29 @@ def test_kv_cache_decode_logits_equal_full_recompute(hf_models, rng):
         assert rel_err(step_logits, model.logits(seq)[:, -1]) <= 1e-5
 
 
+def test_tied_head_decode_follows_the_embedding_as_it_trains(hf_models, rng):
+    """A tied head decodes from the generator's transposed copy of the embedding: logits equal a full recompute,
+    and after the embedding changes (a training step) the next generate() reads the new weights."""
+    import mindspore as ms
+    from mindspore import Tensor
+    from mindrl.rollout.generator import Generator
+    from mindrl.rollout.sampling import SamplingParams
+    path, _ = hf_models["llama"]  # tie_word_embeddings: true
+    model = from_pretrained(path)
+    assert model.net.tied
+    gen = Generator(model.net, max_batch=4, max_prompt_len=16, max_new_tokens=6)
+    prompts = [list(map(int, rng.integers(0, VOCAB, size=12))) for _ in range(4)]
+    params = SamplingParams(n=1, max_tokens=6, do_sample=False)
+    for _ in range(2):
+        out = gen.generate(prompts, params)
+        for p, toks in zip(prompts, out.tokens):  # greedy: each token is the full recompute's argmax
+            seq = np.array([p + toks], np.int32)
+            logits = model.logits(seq)[0]
+            assert [int(x) for x in logits[len(p) - 1:-1].argmax(-1)] == toks
+        w = model.net.model.embed_tokens.weight
+        w.set_data(Tensor(w.asnumpy() + rng.normal(size=w.shape).astype(np.float32) * 0.5, ms.float32))
+
+
 def test_sampling_reproducible_and_n_samples_share_prefill(hf_models, rng):
     path, _ = hf_models["qwen2"]
     model = from_pretrained(path)

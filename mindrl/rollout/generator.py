@@ -31,6 +31,23 @@ class _Cache(nn.Cell):
                                  for i in range(cfg.num_layers)])
         self.v = ParameterTuple([Parameter(zeros(), name=f"kv_cache.v.{i}", requires_grad=False)
                                  for i in range(cfg.num_layers)])
+        # a tied head's [H, V_local] copy for prefill/decode, refreshed from the embedding before each generate()
+        self.head_t = None
+        if lm.tied:
+            emb = lm.model.embed_tokens.weight
+            self.head_t = Parameter(Tensor(np.zeros(emb.shape[::-1], np.float32), emb.dtype), name="kv_cache.head_t",
+                                    requires_grad=False)
+
+
+class _RefreshHead(nn.Cell):
+    """head_t = embed_tokens.weight^T: the tied head the decode graphs read, from the weights as they are now."""
+
+    def __init__(self, lm, cache):
+        super().__init__(auto_prefix=False)
+        self.weight, self.cache = lm.model.embed_tokens.weight, cache
+
+    def construct(self):
+        return ops.assign(self.cache.head_t, ops.transpose(self.weight, (1, 0)))
 
 
 class _Prefill(nn.Cell):
@@ -39,7 +56,7 @@ class _Prefill(nn.Cell):
         self.lm, self.cache = lm, cache
 
     def construct(self, input_ids, attention_mask, rows):
-        return self.lm.prefill(input_ids, attention_mask, self.cache.k, self.cache.v, rows)
+        return self.lm.prefill(input_ids, attention_mask, self.cache.k, self.cache.v, rows, self.cache.head_t)
 
 
 class _Decode(nn.Cell):
@@ -48,7 +65,7 @@ class _Decode(nn.Cell):
         self.lm, self.cache = lm, cache
 
     def construct(self, tokens, pos, start):
-        return self.lm.decode(tokens, pos, start, self.cache.k, self.cache.v)
+        return self.lm.decode(tokens, pos, start, self.cache.k, self.cache.v, self.cache.head_t)
 
 
 class _Reorder(nn.Cell):
@@ -108,6 +125,7 @@ class Generator:
         self.prefill_cell = _Prefill(lm, self.cache)
         self.decode_cell = _Decode(lm, self.cache)
         self.reorder_cell = _Reorder(self.cache)
+        self.refresh_head = _RefreshHead(lm, self.cache) if self.cache.head_t is not None else None
         self.pad_id = pad_id
         self.static_prompt_shape = static_prompt_shape  # one prefill graph: a fixed compile order
         b, self.decode_buckets = self.max_batch, []
@@ -122,6 +140,8 @@ class Generator:
         """Compile (and run once on dummy data) the graphs of one decode bucket; the largest bucket also
         compiles the prefill. Used to fix the compile order for the compile cache and strategy export."""
         if bucket == self.decode_buckets[-1]:
+            if self.refresh_head is not None:
+                self.refresh_head()
             s = self.prompt_buckets[-1]
             rows = self.max_batch
             self.prefill_cell(Tensor(np.full((rows, s), self.pad_id, np.int32)), Tensor(np.ones((rows, s), np.int32)),
@@ -141,6 +161,8 @@ class Generator:
         if n > self.max_batch:
             raise ValueError(f"n={n} samples per prompt exceeds the generator's max_batch={self.max_batch}")
         per_chunk = self.max_batch // n
+        if self.refresh_head is not None:  # the weights may have changed since the last call (a training step)
+            self.refresh_head()
         sampler = Sampler(params, self.lm.config.vocab_size, seed)
         tokens, logps, finished, pindex = [], [], [], []
         stats = {"decode_steps": 0, "decoded_rows": 0, "prefill_tokens": 0}
