@@ -96,11 +96,11 @@ def assert_error(msg, key, *fragments):
 EXPECTED_DEFAULTS = {
     "rl_config": dict(
         adv_estimator="grpo", policy_loss="vanilla", n_samples_per_prompt=8, global_batch_size=16,
-        mini_batch_size=128, micro_batch_size=8, ppo_epochs=1, train_iters=100, clip_ratio=0.2,
+        mini_batch_size=128, micro_batch_size=8, ppo_epochs=1, shuffle_minibatch=True, train_iters=100, clip_ratio=0.2,
         clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=None, kl_penalty="low_var_kl", kl_coef=0.0,
         use_kl_in_reward=False, use_kl_in_loss=True, kl_ctrl_type="fixed", kl_target=0.1, kl_horizon=10000,
         entropy_coeff=0.0, loss_agg_mode="token-mean", norm_adv_by_std=True,
-        verifier_function=["acc"], verifier_weight=[1.0], custom_reward_file=None,
+        rule_reward=None, verifier_function=["acc"], verifier_weight=[1.0], custom_reward_file=None,
         verifier_timeout=5.0, reward_fallback=None, dynamic_sampling=False, max_num_gen_batches=4,
         overlong_buffer_len=0, overlong_penalty_factor=1.0, mask_truncated_completions=False,
         gamma=1.0, lam=0.95, advantage_whiten=True, cliprange_value=0.5, critic_warmup=0,
@@ -142,11 +142,11 @@ FULL = {
         # one consistent config: keys other estimators read (gamma, lam, advantage_whiten) keep their
         # defaults, as does clip_ratio (both of its sides are given); each is tested on its own below
         adv_estimator="grpo", policy_loss="vanilla", n_samples_per_prompt=4, global_batch_size=8,
-        mini_batch_size=16, micro_batch_size=4, ppo_epochs=2, train_iters=50, clip_ratio=0.2,
+        mini_batch_size=16, micro_batch_size=4, ppo_epochs=2, shuffle_minibatch=False, train_iters=50, clip_ratio=0.2,
         clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, kl_penalty="k3", kl_coef=0.01,
         use_kl_in_reward=True, use_kl_in_loss=False, kl_ctrl_type="adaptive", kl_target=0.5, kl_horizon=500,
         entropy_coeff=0.001, loss_agg_mode="seq-mean-token-sum-norm",
-        norm_adv_by_std=False, verifier_function=["acc", "format"], verifier_weight=[1.0, 0.5],
+        norm_adv_by_std=False, rule_reward=True, verifier_function=["acc", "format"], verifier_weight=[1.0, 0.5],
         custom_reward_file="reward.py", verifier_timeout=2.5, reward_fallback=0.0, dynamic_sampling=True,
         max_num_gen_batches=3, overlong_buffer_len=32, overlong_penalty_factor=0.5,
         mask_truncated_completions=True, gamma=1.0, lam=0.95, advantage_whiten=True, cliprange_value=0.5,
@@ -415,7 +415,7 @@ def test_missing_mindrecord_index(ws):
 
 def test_all_problems_reported_together(ws):
     msg = error(ws, {"rl_config": {"kl_coeff": 1, "ppo_epochs": 0},
-                     "generate_config": {"top_k": -1}})
+                     "generate_config": {"top_k": -2}})  # -1 is vLLM's "off", mindrl's 0
     assert len(msg.splitlines()) == 3
     assert_error(msg, "rl_config.kl_coeff", "unknown key")
     assert_error(msg, "rl_config.ppo_epochs", ">= 1")
@@ -679,3 +679,89 @@ def test_schema_names_match_the_registries():
     assert set(schema.ADV_ESTIMATORS) == set(ADVANTAGE_ESTIMATORS)
     assert set(schema.POLICY_LOSSES) == set(POLICY_LOSS_NAMES)
     assert set(schema.KL_CONTROLLERS) == set(KL_CONTROLLERS)
+
+
+# -- MindSpeed-RL's keys ------------------------------------------------------------------------------------------
+
+MINDSPEED_GRPO = {  # MindSpeed-RL's grpo_qwen25_7b_A3.yaml sections, as its users write them (paths made local)
+    "actor_config": {"model": "model_configs/tiny.yaml", "tokenizer_name_or_path": "tok", "micro_batch_size": 1,
+                     "tensor_model_parallel_size": 4, "pipeline_model_parallel_size": 1, "lr": 1e-6,
+                     "lr_decay_style": "constant", "min_lr": 0, "weight_decay": 0.01, "lr_warmup_fraction": 0.0,
+                     "clip_grad": 1.0, "adam_beta1": 0.9, "adam_beta2": 0.95, "finetune": True},
+    "rl_config": {"guarantee_order": False, "use_integrated_worker": True, "blocking": True,
+                  "actor_forward_micro_batch_size": 1, "ref_forward_micro_batch_size": 1, "adv_estimator": "group_norm",
+                  "kl_penalty": "low_var_kl", "kl_ctrl_type": "fixed", "init_kl_coef": 0.001, "mini_batch_size": 32,
+                  "max_prompt_length": 2048, "epochs": 1, "clip_ratio": 0.2, "entropy_coeff": 0.0,
+                  "shuffle_minibatch": False, "n_samples_per_prompt": 8, "rule_reward": True,
+                  "verifier_function": ["base_acc"], "verifier_weight": [1.0], "num_cpus_for_local_task": 1.0,
+                  "use_tensorboard": True, "actor_resource": {"num_npus": 16}},
+    "generate_config": {"trust_remote_code": True, "offload_train_optimizer": True, "offload_train_grad": True,
+                        "offload_train_param": True, "infer_tensor_parallel_size": 4, "infer_pipeline_parallel_size": 1,
+                        "infer_expert_parallel_size": 1, "max_num_seqs": 1024, "max_model_len": 4096,
+                        "max_num_batched_tokens": 8192, "dtype": "bfloat16", "gpu_memory_utilization": 0.4,
+                        "sampling_config": {"logprobs": 1, "max_tokens": 2048, "top_p": 1.0, "top_k": -1,
+                                            "min_p": 0.0, "temperature": 1.0, "detokenize": False}},
+    "data": {"path": "train.mindrecord"},
+}
+MINDSPEED_NOT_USED = ["rl_config.guarantee_order", "rl_config.actor_forward_micro_batch_size",
+                      "rl_config.ref_forward_micro_batch_size", "rl_config.num_cpus_for_local_task",
+                      "rl_config.actor_resource", "generate_config.trust_remote_code",
+                      "generate_config.offload_train_optimizer", "generate_config.offload_train_grad",
+                      "generate_config.offload_train_param", "generate_config.max_num_seqs",
+                      "generate_config.max_model_len", "generate_config.max_num_batched_tokens",
+                      "generate_config.dtype", "generate_config.gpu_memory_utilization"]
+
+
+def test_a_mindspeed_grpo_yaml_names_every_key_mindrl_does_not_use(ws):
+    """Every key of MindSpeed-RL's GRPO yaml is read with its meaning or refused with the reason, all in one
+    error, never with a guess at a look-alike mindrl key; without the refused keys the yaml loads as it is."""
+    msg = str(error(ws, text=yaml.safe_dump(MINDSPEED_GRPO)))
+    lines = msg.splitlines()
+    assert sorted(line.split(": ")[1] for line in lines) == sorted(MINDSPEED_NOT_USED), msg
+    assert all("is not used by mindrl because" in line or "not used by mindrl because" in line for line in lines)
+    assert "did you mean" not in msg
+    data = copy.deepcopy(MINDSPEED_GRPO)
+    for key in MINDSPEED_NOT_USED:
+        section, name = key.split(".")
+        data[section].pop(name)
+    cfg = load_train_config(write(ws, data))
+    rl, gen = cfg.rl_config, cfg.generate_config
+    assert (rl.adv_estimator, rl.kl_coef, rl.ppo_epochs, rl.micro_batch_size, rl.shuffle_minibatch) == \
+        ("grpo", 0.001, 1, 1, False)
+    assert (rl.rule_reward, rl.verifier_function, gen.top_k, gen.max_tokens) == (True, ["base_acc"], 0, 2048)
+    assert cfg.logging.tensorboard is True and cfg.generate_config.max_prompt_length == 2048
+
+
+@pytest.mark.parametrize("key", sorted(__import__("mindrl.config.train", fromlist=["x"]).FOREIGN_KEYS))
+def test_each_foreign_key_is_accepted_only_with_what_mindrl_does(ws, key):
+    from mindrl.config.train import FOREIGN_KEYS
+    accepted, why = FOREIGN_KEYS[key]
+    parts = key.split(".")
+
+    def config_with(value):
+        data = merged()
+        if key.startswith("critic_config."):  # a section only PPO (gae) reads
+            data.setdefault("rl_config", {})["adv_estimator"] = "gae"
+        node = data
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+        return data
+    for value in accepted:
+        load_train_config(write(ws, config_with(value)))
+    refused = {True: False, False: True}.get(accepted[0], 7) if accepted else 7
+    msg = error(ws, config_with(refused))
+    assert f"{key}: " in msg and f"not used by mindrl because {why}" in msg
+
+
+def test_rule_reward_says_whether_rule_verifiers_score(ws):
+    assert "rl_config.rule_reward: true, but rl_config.verifier_function names no verifier" in error(
+        ws, {"rl_config": {"rule_reward": True, "verifier_function": [], "verifier_weight": []},
+             "reward_config": {"load": "tok", "model": "model_configs/tiny.yaml"}})
+    assert "rl_config.rule_reward: false, but rl_config.verifier_function names acc" in error(
+        ws, {"rl_config": {"rule_reward": False, "verifier_function": ["acc"]},
+             "reward_config": {"load": "tok", "model": "model_configs/tiny.yaml"}})
+    cfg = load(ws, {"rl_config": {"rule_reward": False}, "reward_config": {"load": "tok",
+                                                                         "model": "model_configs/tiny.yaml"}})
+    assert cfg.rl_config.verifier_function == []
+

@@ -54,3 +54,36 @@ def test_an_update_over_as_many_parameters_as_a_24_layer_model_compiles():
     params, tp, _ = _step_both(shapes, steps=1, lr=1e-3, wd=0.0, clip=1.0, seed=1)
     for p, t in zip(params[:5] + params[-3:], tp[:5] + tp[-3:]):
         np.testing.assert_allclose(p.asnumpy(), t.detach().numpy(), rtol=2e-5, atol=2e-6)
+
+
+def test_mini_batches_follow_rollout_order_without_shuffle():
+    """rl_config.shuffle_minibatch: false gives the mini-batches in rollout order in every pass; true a seeded
+    permutation per pass (the same seed, the same order)."""
+    from types import SimpleNamespace
+    from mindrl.trainer.updater import update_epochs
+
+    class Recorder:
+        metrics = (("loss", "sum"),)
+
+        def __init__(self):
+            self.rows = []
+
+        def micro_step(self, arrays, denom):
+            self.rows += [int(x) for x in arrays[0][:, 0]]
+            return [0.0, 0.0]
+
+        def apply(self, lr):
+            return 0.0
+
+    n = 8
+    arrays = {"row": np.arange(n).reshape(n, 1), "loss_mask": np.ones((n, 3), np.float32)}
+    layout = SimpleNamespace(dp=1, dp_rank=0, tp=1)
+    kw = dict(epochs=2, mini_batch=4, micro_batch=2, loss_agg_mode="token-mean", layout=layout, exchange=None, lr=0.0)
+    plain = Recorder()
+    update_epochs(plain, arrays, arrays["loss_mask"], order_seed=None, **kw)
+    assert plain.rows == list(range(n)) * 2
+    shuffled, again = Recorder(), Recorder()
+    update_epochs(shuffled, arrays, arrays["loss_mask"], order_seed=lambda e: 100 + e, **kw)
+    update_epochs(again, arrays, arrays["loss_mask"], order_seed=lambda e: 100 + e, **kw)
+    assert shuffled.rows == again.rows and shuffled.rows != plain.rows
+    assert sorted(shuffled.rows[:n]) == list(range(n)) and sorted(shuffled.rows[n:]) == list(range(n))

@@ -391,13 +391,15 @@ def test_unknown_verifier_is_refused_at_load(ws):
     assert "math_acc" in line and "format" in line
 
 
-@pytest.mark.parametrize("name, why", [("base_acc", "MindSpeed-RL's verifier that scores 1 only when the answer "
-                                                   "is right and"),
-                                       ("step", "MindSpeed-RL's reasoning-steps reward")])
-def test_mindspeed_names_without_equivalent_are_refused_with_the_reason(ws, name, why):
-    line = one_error(ws, verifier_function=[name])
-    assert line.startswith(f"cfg.yaml: rl_config.verifier_function: '{name}' is {why}")
+def test_a_mindspeed_name_without_equivalent_is_refused_with_the_reason(ws):
+    line = one_error(ws, verifier_function=["acc_for_ppo"])
+    assert line.startswith("cfg.yaml: rl_config.verifier_function: 'acc_for_ppo' is MindSpeed-RL's PPO variant")
     assert "valid names: " in line
+
+
+def test_mindspeed_base_acc_and_step_load(ws):
+    cfg = load_train_config(config(ws, verifier_function=["base_acc", "step"], verifier_weight=[1.0, 0.1]))
+    assert cfg.rl_config.verifier_function == ["base_acc", "step"]
 
 
 def test_mindspeed_alias_is_accepted_and_mapped(ws):
@@ -437,10 +439,10 @@ def test_reward_fallback_key(ws):
 def test_cli_refuses_unknown_verifier_before_anything_is_built(ws):
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, "-m", "mindrl.cli", "train", "--config", config(ws, verifier_function=
-                         ["base_acc"])], cwd=ws, capture_output=True, text=True, timeout=120,
+                         ["acc_for_ppo"])], cwd=ws, capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, GLOG_v="3", PYTHONPATH=ROOT))
     assert res.returncode == 2, res.stderr[-2000:]
-    assert "cfg.yaml: rl_config.verifier_function: 'base_acc' is MindSpeed-RL's" in res.stderr
+    assert "cfg.yaml: rl_config.verifier_function: 'acc_for_ppo' is MindSpeed-RL's" in res.stderr
     assert time.monotonic() - t0 < 30
 
 

@@ -282,3 +282,31 @@ def test_import_is_cheap():
     code = "import sys, mindrl.rewards; print(any(m in sys.modules for m in ('mindspore', 'math_verify', 'sympy')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("response,label,want", [
+    ("<think>add</think><answer>so \\boxed{5}</answer>", "5", 1.0),
+    ("<think>add</think> <answer>\\boxed{\\frac{10}{2}}</answer>", "5", 1.0),      # equivalent answer
+    ("<think>add</think><answer>so \\boxed{6}</answer>", "5", 0.0),               # wrong answer
+    ("<answer>\\boxed{5}</answer>", "5", 0.0),                                      # no think block
+    ("<think>a</think><answer>\\boxed{5}</answer> ok", "5", 0.0),                 # text after </answer>
+    ("<think>a</think><answer>\\boxed{4} \\boxed{5}</answer>", "5", 0.0),        # two boxes
+    ("<think>\\boxed{5}</think><answer>5</answer>", "5", 0.0),                      # the box outside the answer
+    ("<think>a</think><think>b</think><answer>\\boxed{5}</answer>", "5", 0.0),   # a tag twice
+])
+def test_base_acc_is_mindspeed_rls(response, label, want):
+    """MindSpeed-RL's base_acc: right answer AND exactly one of each R1 tag and one box, in order, nothing around."""
+    from mindrl.rewards.verifiers import get_verifier
+    assert get_verifier("base_acc")(response, label) == want
+
+
+@pytest.mark.parametrize("response,want", [
+    ("no steps here", 0.0),
+    ("Step 1: add", 1 / 3),
+    ("Step 1: add. Step 2: subtract", 2 / 3),
+    ("1. first line\n2. second line", 1 / 3),        # only the string's first line counts as ^\d+\. (no MULTILINE)
+    ("First, a\n- b\n* c\nFinally, d", 1.0),          # four markers, capped at 1
+])
+def test_step_is_mindspeed_rls(response, want):
+    from mindrl.rewards.verifiers import get_verifier
+    assert get_verifier("step")(response, None) == pytest.approx(want)

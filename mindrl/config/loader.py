@@ -171,8 +171,12 @@ class ConfigKind:
     on checked paths. ``explicit`` is the set of dotted keys the file or an override gave.
     """
 
-    def __init__(self, root: type, aliases: dict, section_hints: dict, resolve, rules, paths, finish=None):
+    def __init__(self, root: type, aliases: dict, section_hints: dict, resolve, rules, paths, finish=None,
+                 foreign: dict | None = None):
         self.root, self.aliases, self.section_hints = root, dict(aliases), dict(section_hints)
+        # keys of other frameworks' configs that mindrl does not read: dotted key -> (values that say what mindrl
+        # does anyway, accepted; why any other value is refused)
+        self.foreign = dict(foreign or {})
         self.resolve, self.rules, self.paths, self.finish = resolve, rules, paths, finish
         self.sections = tuple(f.name for f in dataclasses.fields(root))
         # mappings that exist only to hold aliases, e.g. rl_config.integrated_mode_config
@@ -249,8 +253,26 @@ def _section_dict(raw: dict, section: str) -> dict | None:
     return node if isinstance(node, dict) else None
 
 
+def _drop_foreign(kind: ConfigKind, raw: dict, err: Errors) -> None:
+    """Take other frameworks' keys out of ``raw``: accepted when their value is what mindrl does anyway, else
+    refused with the reason (never a guess at a similar-looking mindrl key)."""
+    for key, (accepted, why) in kind.foreign.items():
+        parts = key.split(".")
+        parent = _get_path(raw, parts[:-1])
+        if not isinstance(parent, dict) or parts[-1] not in parent:
+            continue
+        value = parent.pop(parts[-1])
+        if value not in accepted or (isinstance(value, bool) != any(isinstance(a, bool) for a in accepted)):
+            if accepted:
+                err.add(key, f"{_show(value)} is not used by mindrl because {why} "
+                             f"({' or '.join(_show(a) for a in accepted)} is accepted: that is what mindrl does)")
+            else:
+                err.add(key, f"not used by mindrl because {why}; remove it")
+
+
 def _canonicalize(kind: ConfigKind, raw: dict, err: Errors) -> None:
     """Move alias spellings onto their canonical keys, in place."""
+    _drop_foreign(kind, raw, err)
     for alias, canonical in kind.aliases.items():
         parts = alias.split(".")
         parent = _get_path(raw, parts[:-1]) if len(parts) > 1 else raw
@@ -347,6 +369,7 @@ def _check_scalar(value: Any, tp: Any, meta: dict, key: str, err: Errors) -> Any
         if isinstance(value, bool) or not isinstance(value, int):
             err.add(key, f"expected an integer, got {_show(value)} ({_type_word(value)})")
             return _BAD
+        value = meta["value_aliases"].get(value, value)  # e.g. top_k: -1 (vLLM's "off") is mindrl's 0
     elif tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             err.add(key, f"expected a number, got {_show(value)} ({_type_word(value)})")

@@ -70,6 +70,8 @@ class RLConfig:
                                        "null = global_batch_size*n_samples_per_prompt")
     micro_batch_size: int = _opt(8, ge=1, help="responses per forward/backward pass")
     ppo_epochs: int = _opt(1, ge=1, help="passes over each rollout batch")
+    shuffle_minibatch: bool = _opt(True, help="shuffle the rows into mini-batches before each pass; false = in "
+                                   "rollout order")
     train_iters: int = _opt(100, ge=1, help="training steps")
     clip_ratio: float = _opt(0.2, gt=0.0, lt=1.0, help="PPO clip range epsilon")
     clip_ratio_low: float | None = _opt(None, gt=0.0, lt=1.0,
@@ -89,6 +91,8 @@ class RLConfig:
     loss_agg_mode: str = _opt("token-mean", choices=LOSS_AGG_MODES,
                               help="how token losses are averaged")
     norm_adv_by_std: bool = _opt(True, help="divide group advantages by the group std")
+    rule_reward: bool | None = _opt(None, help="MindSpeed-RL's switch: true = verifier_function scores (it must "
+                                    "name one), false = only the reward model does; null = as verifier_function says")
     verifier_function: list[str] | None = _opt(None, help="rule rewards to apply; null = [acc], or none "
                                                "when a reward model scores (reward_config)")
     verifier_weight: list[float] | None = _opt(None, help="weight of each verifier; null = 1.0 each")
@@ -196,7 +200,7 @@ class GenerateConfig:
     max_tokens: int = _opt(256, ge=1, help="max new tokens per response")
     min_tokens: int = _opt(0, ge=0, help="EOS is suppressed before this many new tokens")
     temperature: float = _opt(1.0, gt=0.0, help="sampling temperature")
-    top_k: int = _opt(0, ge=0, help="top-k sampling; 0 = off")
+    top_k: int = _opt(0, ge=0, value_aliases={-1: 0}, help="top-k sampling; 0 (or vLLM's -1) = off")
     top_p: float = _opt(1.0, gt=0.0, le=1.0, help="nucleus sampling mass")
     repetition_penalty: float = _opt(1.0, gt=0.0, help="1.0 = off")
     stop_token_ids: list[int] = _opt(factory=list, ge=0, help="extra stop tokens besides EOS")

@@ -18,12 +18,62 @@ ALIASES: dict[str, str] = {
     "rl_config.integrated_mode_config.ref_model_load_path": "ref.ref_model_load_path",
     "rl_config.max_prompt_length": "generate_config.max_prompt_length",
     "rl_config.use_tensorboard": "logging.tensorboard",
+    "rl_config.epochs": "rl_config.ppo_epochs",
+    "rl_config.shuffle_mini_batch": "rl_config.shuffle_minibatch",
+    "actor_config.micro_batch_size": "rl_config.micro_batch_size",
     "generate_config.sampling_config.max_tokens": "generate_config.max_tokens",
     "generate_config.sampling_config.min_tokens": "generate_config.min_tokens",
     "generate_config.sampling_config.temperature": "generate_config.temperature",
     "generate_config.sampling_config.top_k": "generate_config.top_k",
     "generate_config.sampling_config.top_p": "generate_config.top_p",
     "generate_config.sampling_config.repetition_penalty": "generate_config.repetition_penalty",
+}
+
+_RAY = ("mindrl has no Ray workers: every msrun worker runs every role in one process, and the world size is "
+        "msrun's --worker_num (WORKERS_PER_NODE / NPUS_PER_NODE in scripts/run_grpo.sh)")
+_VLLM = ("rollout runs on mindrl's own KV-cache generator, not vLLM: its batch is generate_config.micro_batch_size, "
+         "its length max_prompt_length + max_tokens, its dtype the model's compute_dtype")
+_NO_PP = "mindrl has tensor and data parallelism, no pipeline stages"
+_NO_OFFLOAD = "mindrl does not move train-side state off the device between rollout and update"
+
+# MindSpeed-RL keys mindrl does not read (loader.py _drop_foreign): the values in the tuple say what mindrl does
+# anyway and are accepted; any other value, or any value where the tuple is empty, stops the load with the reason
+FOREIGN_KEYS: dict[str, tuple[tuple, str]] = {
+    "rl_config.use_integrated_worker": ((True,), "mindrl always runs actor, reference and rollout in one process"),
+    "rl_config.colocate_actor_ref": ((True,), "mindrl always holds the actor and the reference in one process"),
+    "rl_config.blocking": ((True,), "mindrl's loop runs every stage to completion before the next"),
+    "rl_config.guarantee_order": ((), _RAY),
+    "rl_config.num_cpus_for_local_task": ((), _RAY),
+    "rl_config.actor_resource": ((), _RAY),
+    "rl_config.critic_resource": ((), _RAY),
+    "rl_config.reference_resource": ((), _RAY),
+    "rl_config.reward_resource": ((), _RAY),
+    "rl_config.actor_forward_micro_batch_size": ((), "the log-prob passes run in rl_config.micro_batch_size rows "
+                                                     "(one compiled graph shape for scoring and training)"),
+    "rl_config.ref_forward_micro_batch_size": ((), "the reference's log-prob pass runs in rl_config.micro_batch_size "
+                                                   "rows (one compiled graph shape for scoring and training)"),
+    "rl_config.verifier_parallel": ((), "verifiers run in mindrl's own worker pool, sized by the machine, with "
+                                        "rl_config.verifier_timeout per call"),
+    "actor_config.pipeline_model_parallel_size": ((1,), _NO_PP),
+    "critic_config.pipeline_model_parallel_size": ((1,), _NO_PP),
+    "generate_config.infer_pipeline_parallel_size": ((1,), _NO_PP),
+    "generate_config.infer_expert_parallel_size": ((1,), "mindrl's models have no experts (MoE)"),
+    "generate_config.trust_remote_code": ((), "mindrl never runs code from a checkpoint directory: its models "
+                                              "are its own"),
+    "generate_config.offload_train_optimizer": ((False,), _NO_OFFLOAD),
+    "generate_config.offload_train_grad": ((False,), _NO_OFFLOAD),
+    "generate_config.offload_train_param": ((False,), _NO_OFFLOAD),
+    "generate_config.max_num_seqs": ((), _VLLM),
+    "generate_config.max_model_len": ((), _VLLM),
+    "generate_config.max_num_batched_tokens": ((), _VLLM),
+    "generate_config.gpu_memory_utilization": ((), _VLLM),
+    "generate_config.dtype": ((), _VLLM),
+    "generate_config.enforce_eager": ((), _VLLM),
+    "generate_config.enable_prefix_caching": ((), _VLLM),
+    "generate_config.sampling_config.logprobs": ((1,), "mindrl computes the sampled token's log-prob, and only it"),
+    "generate_config.sampling_config.min_p": ((0, 0.0), "mindrl samples with top_k and top_p, no min-p"),
+    "generate_config.sampling_config.detokenize": ((False,), "mindrl's generator returns token ids; the text is "
+                                                             "decoded once, for the rewards"),
 }
 
 # hints for sections of other frameworks' configs
@@ -61,7 +111,7 @@ def _resolve_defaults(cfg: TrainConfig, explicit: set[str], name: str) -> None:
     if rl.use_kl_in_loss is None:
         rl.use_kl_in_loss = not rl.use_kl_in_reward
     if rl.verifier_function is None:  # a reward model scores on its own unless rule rewards are named too
-        rl.verifier_function = [] if cfg.reward_config is not None else ["acc"]
+        rl.verifier_function = [] if cfg.reward_config is not None or rl.rule_reward is False else ["acc"]
     if rl.verifier_weight is None:
         rl.verifier_weight = [1.0] * len(rl.verifier_function)
     critic, actor = cfg.critic_config, cfg.actor_config
@@ -222,6 +272,11 @@ def _check_rules(cfg: TrainConfig, explicit: set[str], err: Errors) -> None:
     if not rl.verifier_function and rm is None:
         err.add("rl_config.verifier_function", "must name at least one verifier, e.g. [acc], when no reward "
                                                "model scores (reward_config)")
+    if rl.rule_reward is True and not rl.verifier_function:
+        err.add("rl_config.rule_reward", "true, but rl_config.verifier_function names no verifier to score with")
+    if rl.rule_reward is False and rl.verifier_function:
+        err.add("rl_config.rule_reward", f"false, but rl_config.verifier_function names "
+                                         f"{', '.join(rl.verifier_function)}: remove them, or set rule_reward: true")
     dups = sorted({v for v in rl.verifier_function if rl.verifier_function.count(v) > 1})
     if dups:
         err.add("rl_config.verifier_function", f"lists {', '.join(dups)} more than once")
@@ -451,4 +506,5 @@ def _critic_part(load: str) -> str:
         return load  # preflight names what is missing
 
 
-TRAIN = ConfigKind(TrainConfig, ALIASES, SECTION_HINTS, _resolve_defaults, _check_rules, _check_paths, _finish)
+TRAIN = ConfigKind(TrainConfig, ALIASES, SECTION_HINTS, _resolve_defaults, _check_rules, _check_paths, _finish,
+                   foreign=FOREIGN_KEYS)

@@ -14,7 +14,8 @@ User functions are always called one sample at a time (``containment.py``).
 
 MindSpeed-RL's names: ``acc`` and ``math_17k_acc`` are aliases of ``math_acc``; ``format`` and
 ``strict_format`` are mindrl's own checks of the same name (docs/rewards.md lists the differences);
-``base_acc`` and ``step`` have no equivalent here and are refused with the reason (``NOT_PROVIDED``).
+``base_acc`` (the answer is right *and* the response has exactly the R1 layout) and ``step`` (step-by-step
+markers) score as MindSpeed-RL's functions of those names do.
 """
 import re
 from decimal import Decimal, InvalidOperation
@@ -44,12 +45,7 @@ def register_reward(name, aliases=(), _builtin=False):
 
 # other frameworks' verifier names with no equivalent here: why, and what to use instead
 NOT_PROVIDED = {
-    "base_acc": "is MindSpeed-RL's verifier that scores 1 only when the answer is right and the response also "
-                "has its exact <think>...</think><answer>...\\boxed{...}...</answer> layout; mindrl has no "
-                "verifier for the two together: use math_acc (alias acc) for the answer, plus format or "
-                "strict_format with a weight for the layout, or write it as a custom_reward_file",
-    "step": "is MindSpeed-RL's reasoning-steps reward (min(1, n/3) for n step markers such as 'Step 1:' or "
-            "numbered lines); mindrl has no such verifier: write it as a custom_reward_file",
+    "acc_for_ppo": "is MindSpeed-RL's PPO variant of its acc; use math_acc (alias acc)",
 }
 
 
@@ -244,3 +240,54 @@ def last_number_reward(response, label):
     want = last_number(str(label))
     got = last_number(response)
     return 1.0 if want is not None and got is not None and got == want else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# MindSpeed-RL's base_acc and step
+
+_BOXED = re.compile(r"\\boxed\{.*?\}")
+
+
+def r1_layout(response):
+    """MindSpeed-RL's structure check: ``<think>``, ``</think>``, ``<answer>``, one ``\\boxed{...}`` and
+    ``</answer>`` exactly once each and in that order, the response starting with ``<think>`` and ending with
+    ``</answer>``."""
+    marks = [response.find(t) if response.count(t) == 1 else -1
+             for t in ("<think>", "</think>", "<answer>")]
+    boxes = _BOXED.findall(response)
+    marks.append(_BOXED.search(response).start() if len(boxes) == 1 else -1)
+    marks.append(response.find("</answer>") if response.count("</answer>") == 1 else -1)
+    return (min(marks) >= 0 and marks == sorted(marks) and response.startswith("<think>")
+            and response.endswith("</answer>"))
+
+
+def base_acc_score_batch(responses, labels, pool=None):
+    """``base_acc`` for a batch: math_acc's verdict where the layout holds, else 0 (not checked)."""
+    laid_out = [r1_layout(r) for r in responses]
+    todo = [i for i, ok in enumerate(laid_out) if ok]
+    verdicts = math_score_batch([responses[i] for i in todo], [labels[i] for i in todo], pool=pool) if todo else []
+    out = [0.0] * len(responses)
+    for i, v in zip(todo, verdicts):
+        out[i] = v
+    return out
+
+
+@register_reward("base_acc", _builtin=True)
+def base_acc(response, label):
+    """1.0 when the answer is right (as math_acc) and the response has exactly the R1 layout (``r1_layout``),
+    else 0.0: MindSpeed-RL's ``base_acc``."""
+    return base_acc_score_batch([response], [label])[0]
+
+
+base_acc.score_batch = base_acc_score_batch
+base_acc.uses_math_pool = True
+
+_STEP_MARKERS = re.compile(r"(Step \d+:|^\d+\.|\n-|\n\*|First,|Second,|Next,|Finally,)")
+
+
+@register_reward("step", _builtin=True)
+def reasoning_steps(response, label=None):
+    """min(1, n / 3) for n step markers ("Step 1:", a line starting "2.", "- " or "* " bullets, First/Second/Next/
+    Finally): MindSpeed-RL's ``step``."""
+    return min(1.0, len(_STEP_MARKERS.findall(response)) / 3.0)
+

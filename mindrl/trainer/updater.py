@@ -190,7 +190,8 @@ def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np
     """``epochs`` passes of shuffled mini-batches over the rows of ``arrays`` (each [N, ...], in the loss cell's
     argument order, the loss mask among them); every data-parallel replica runs its share of each mini-batch.
 
-    ``extra_terms`` (e.g. PPO-ptx) add their own gradients to each mini-batch before its optimizer step:
+    ``order_seed(epoch)`` seeds each pass's shuffle of the rows into mini-batches; None keeps rollout order
+    (``rl_config.shuffle_minibatch: false``). ``extra_terms`` (e.g. PPO-ptx) add their own gradients to each mini-batch before its optimizer step:
     ``term.run_chunk(k, count)`` for mini-batch k of count returns partial sums of ``term.metrics``.
 
     Returns the mean over mini-batches of each metric and of the gradient norm (``grad_norm``).
@@ -202,9 +203,10 @@ def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np
     inputs = list(arrays.values())
     count = -(-n // mini_batch)
     for epoch in range(epochs):
-        order = np.random.default_rng(order_seed(epoch)).permutation(n)
-        if epochs == 1 and n == mini_batch:
+        if order_seed is None or (epochs == 1 and n == mini_batch):  # no shuffle, or nothing it would change
             order = np.arange(n)
+        else:
+            order = np.random.default_rng(order_seed(epoch)).permutation(n)
         for m0 in range(0, n, mini_batch):
             rows = order[m0:m0 + mini_batch]
             # the whole mini-batch's denominator on every replica: summed gradients are exact

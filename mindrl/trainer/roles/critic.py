@@ -83,7 +83,8 @@ class Critic(TrainedRole):
         out = update_epochs(self.updater, arrays, exp.loss_mask, epochs=rl.ppo_epochs, mini_batch=rl.mini_batch_size,
                             micro_batch=cfg.critic_config.micro_batch_size, loss_agg_mode="token-mean",
                             layout=self.layout, exchange=self.run.exchange,
-                            order_seed=lambda epoch: seed_from(self.run.seed, step, epoch, 7), lr=lr)
+                            order_seed=(lambda epoch: seed_from(self.run.seed, step, epoch, 7))
+                            if rl.shuffle_minibatch else None, lr=lr)
         return {**{f"critic/{k}": v for k, v in out.items()}, "critic/lr": lr}
 
     def lr_at(self, step: int) -> float:

@@ -81,7 +81,8 @@ class Policy(TrainedRole):
                   "old_log_probs": exp.old_log_probs, "advantages": exp.advantages, "ref_log_probs": ref}
         out = update_epochs(self.updater, arrays, exp.loss_mask, epochs=rl.ppo_epochs, mini_batch=rl.mini_batch_size,
                             micro_batch=rl.micro_batch_size, loss_agg_mode=rl.loss_agg_mode, layout=self.layout,
-                            exchange=self.run.exchange, order_seed=lambda epoch: seed_from(self.run.seed, step, epoch),
+                            exchange=self.run.exchange, order_seed=(lambda epoch: seed_from(self.run.seed, step, epoch))
+                            if rl.shuffle_minibatch else None,
                             lr=lr, extra_terms=[self.ptx] if self.ptx is not None else [])
         return {f"actor/{k}": v for k, v in out.items()}
 
