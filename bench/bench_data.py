@@ -125,7 +125,7 @@ def print_step_share(rows_per_s, prompts_per_step=64):
     """Reader time for one GRPO step's prompts against a training step (the demo's, when it has run)."""
     reader_s = prompts_per_step / rows_per_s
     metrics = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "tiny_math",
-                           "metrics.jsonl")
+                           "latest", "metrics.jsonl")
     steps = []
     if os.path.exists(metrics):
         with open(metrics) as fh:
@@ -133,7 +133,7 @@ def print_step_share(rows_per_s, prompts_per_step=64):
     if steps:
         step = sorted(steps)[len(steps) // 2]
         print(f"reader time for {prompts_per_step} prompts: {reader_s * 1e3:.1f} ms = {100 * reader_s / step:.2f}% "
-              f"of the demo's median GRPO step ({step:.2f} s, runs/tiny_math/metrics.jsonl)")
+              f"of the demo's median GRPO step ({step:.2f} s, runs/tiny_math/latest/metrics.jsonl)")
     else:
         print(f"reader time for {prompts_per_step} prompts: {reader_s * 1e3:.1f} ms "
               "(run `bash scripts/run_demo.sh` first to compare with a GRPO step)")

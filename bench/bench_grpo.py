@@ -52,7 +52,7 @@ def run_mindrl(d, a):
             "actor_config.lr": 1e-6, "actor_config.lr_warmup_iters": 0, "actor_config.save": "null",
             "actor_config.save_interval": 0, "generate_config.max_prompt_length": a.prompt_len,
             "generate_config.max_tokens": a.new_tokens, "generate_config.min_tokens": a.new_tokens,
-            "data.path": f"{d}/prompts.mindrecord", "eval.path": "null", "logging.log_dir": f"{d}/mindrl_logs",
+            "data.path": f"{d}/prompts.mindrecord", "eval.path": "null", "logging.log_dir": f"{d}/mindrl_logs/<run_id>",
             "logging.progress_bar": "false", "logging.tensorboard": "false", "runtime.threads": a.threads}
     cfg = load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"),
                             [f"{k}={v}" for k, v in over.items()])

@@ -106,7 +106,7 @@ def run_mindrl(d, a):
                             "min_tokens": a.new_tokens, "temperature": 1.0},
         "data": {"path": f"{d}/prompts.mindrecord"},
         "eval": {"path": None},
-        "logging": {"log_dir": f"{d}/mindrl_logs", "progress_bar": False, "tensorboard": False},
+        "logging": {"log_dir": f"{d}/mindrl_logs/<run_id>", "progress_bar": False, "tensorboard": False},
         "runtime": {"threads": a.threads, "seed": 0},
     }
     with open(f"{d}/ppo.yaml", "w") as fh:

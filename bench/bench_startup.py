@@ -22,7 +22,7 @@ def launch(cache_dir, extra=()):
     cmd = [sys.executable, "-m", "mindrl.cli", "train", "--config", "examples/grpo/tiny_math.yaml",
            "rl_config.train_iters=1", "actor_config.lr_warmup_iters=0", "actor_config.save=null",
            "actor_config.save_interval=0", "eval.path=null", "logging.progress_bar=false",
-           f"logging.log_dir={cache_dir}/logs", "runtime.enable_compile_cache=true",
+           f"logging.log_dir={cache_dir}/logs/<run_id>", "runtime.enable_compile_cache=true",
            f"runtime.compile_cache_path={cache_dir}/cache", *extra]
     t0 = time.perf_counter()
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
