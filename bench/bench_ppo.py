@@ -233,8 +233,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_model_args(ap)
     ap.add_argument("--batch", type=int, default=16, help="prompts (= responses, n=1) per step")
-    ap.add_argument("--micro-batch", type=int, default=4,
-                    help="rows per forward/backward in the updates (both sides) and per scoring pass (mindrl)")
+    ap.set_defaults(micro_batch=4)  # --micro-batch (common): rows per forward/backward in the updates (both
+    # sides) and per scoring pass (mindrl)
     ap.add_argument("--steps", type=int, default=8, help="steps per side; the first 2 are warm-up")
     ap.add_argument("--trl-python", default=sys.executable,
                     help=f"python whose TRL (<= {TRL_PPO_NEWEST}) runs TRL's side; default: this one")

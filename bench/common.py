@@ -19,9 +19,19 @@ def add_model_args(ap):
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tied", action="store_true", help="tie the LM head to the embedding (Qwen2.5-0.5B)")
+    ap.add_argument("--micro-batch", type=int, default=16, help="responses per forward/backward (bench_grpo: mindrl; bench_ppo: both sides; default 16, bench_ppo 4)")
     ap.add_argument("--quick", action="store_true", help="tiny model and lengths: a smoke run")
     ap.add_argument("--side", choices=["mindrl", "trl"], help=__import__("argparse").SUPPRESS)
     ap.add_argument("--dir", help=__import__("argparse").SUPPRESS)
+
+
+def parse_model_args(argv):
+    """The model options of ``argv`` (other flags ignored), as the benchmarks' sides read them."""
+    import argparse
+    ap = argparse.ArgumentParser(add_help=False)
+    add_model_args(ap)
+    return ap.parse_known_args(argv)[0]
 
 
 def apply_quick(a, steps):
@@ -46,8 +56,9 @@ def make_assets(d, a):
     torch.manual_seed(0)
     cfg = transformers.Qwen2Config(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ffn,
                                    num_hidden_layers=a.layers, num_attention_heads=a.heads,
-                                   num_key_value_heads=a.kv_heads, max_position_embeddings=1024,
-                                   tie_word_embeddings=False, eos_token_id=a.vocab - 1, pad_token_id=0)
+                                   num_key_value_heads=a.kv_heads,
+                                   max_position_embeddings=max(1024, a.prompt_len + a.new_tokens),
+                                   tie_word_embeddings=a.tied, eos_token_id=a.vocab - 1, pad_token_id=0)
     model = transformers.Qwen2ForCausalLM(cfg)
     model.save_pretrained(os.path.join(d, "model"))
     rng = np.random.default_rng(0)
@@ -78,3 +89,41 @@ def run_side(python, script, side, d, args, threads):
         print(out.stdout[-3000:], out.stderr[-5000:], file=sys.stderr)
         raise SystemExit(f"{side} side failed")
     return json.loads(line[0][7:])
+
+
+def machine_limits(seconds: float = 3.0) -> dict:
+    """This machine's speed limits, measured now: sgemm GFLOP/s (numpy's BLAS on 2048^3, with the threads
+    OMP_NUM_THREADS allows: run_side sets it to --threads) and memory bandwidth in GB/s (bytes read plus bytes
+    written by a copy of 256 MiB float32 arrays). A step cannot beat them: decode reads every weight once per
+    token, an update does about 6 x parameters x tokens FLOPs."""
+    import time
+    import numpy as np
+    n = 2048
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = a.copy()
+    a @ b  # warm up
+    flops, t0, runs = 2 * n ** 3, time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds / 2:
+        a @ b
+        runs += 1
+    gflops = flops * runs / (time.perf_counter() - t0) / 1e9
+    src = np.ones(64 * 2 ** 20, np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    t0, runs = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds / 2:
+        np.copyto(dst, src)
+        runs += 1
+    gbps = 2 * src.nbytes * runs / (time.perf_counter() - t0) / 1e9  # read + write
+    return {"sgemm_gflops": gflops, "copy_gbps": gbps}
+
+
+def step_floor(params: int, rows: int, prompt_len: int, new_tokens: int, limits: dict, reference: bool = False) -> dict:
+    """The fastest a GRPO step of ``rows`` sequences could run here: decode reads the fp32 weights once per new
+    token (memory-bound), the update does 6 x params x tokens FLOPs (forward and backward), a reference model 2 x.
+    Prefill and the optimizer are left out, so the floor is optimistic."""
+    tokens = rows * (prompt_len + new_tokens)
+    decode = 4 * params * new_tokens / (limits["copy_gbps"] * 1e9)
+    update = 6 * params * tokens / (limits["sgemm_gflops"] * 1e9)
+    ref = 2 * params * tokens / (limits["sgemm_gflops"] * 1e9) if reference else 0.0
+    return {"decode_s": decode, "update_s": update, "reference_s": ref, "step_s": decode + update + ref}

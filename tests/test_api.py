@@ -24,20 +24,25 @@ def answer_length(response, label):
     return len(response.strip()) / 10.0
 
 
-def test_load_config_adds_the_reward_functions_the_config_does_not_name():
+def test_load_config_adds_the_reward_functions_the_config_does_not_name(tmp_path):
     from mindrl import load_config
     from mindrl.config import ConfigError
-    named = load_config(CONFIG, [], reward_funcs=[answer_length])  # the yaml names last_number
+    # the demo's dataset is made by run_demo.sh, not shipped: the config checks only that its files exist
+    for name in ("prompts", "heldout"):
+        for suffix in (".mindrecord", ".mindrecord.db"):
+            (tmp_path / f"{name}{suffix}").write_bytes(b"")
+    data = [f"data.path={tmp_path / 'prompts.mindrecord'}", f"eval.path={tmp_path / 'heldout.mindrecord'}"]
+    named = load_config(CONFIG, data, reward_funcs=[answer_length])  # the yaml names last_number
     assert named.rl_config.verifier_function == ["last_number", "answer_length"]
     assert named.rl_config.verifier_weight == [1.0, 1.0]
-    only = load_config(CONFIG, ["rl_config.verifier_function=[]", "rl_config.verifier_weight=[]"],
+    only = load_config(CONFIG, data + ["rl_config.verifier_function=[]", "rl_config.verifier_weight=[]"],
                        reward_funcs=[answer_length])
     assert only.rl_config.verifier_function == ["answer_length"]
-    weighted = load_config(CONFIG, ["rl_config.verifier_function=[answer_length]",
-                                    "rl_config.verifier_weight=[0.5]"], reward_funcs=[answer_length])
+    weighted = load_config(CONFIG, data + ["rl_config.verifier_function=[answer_length]",
+                                           "rl_config.verifier_weight=[0.5]"], reward_funcs=[answer_length])
     assert weighted.rl_config.verifier_weight == [0.5]
     with pytest.raises(ValueError, match="has no name"):
-        load_config(CONFIG, [], reward_funcs=[lambda r, l: 0.0])
+        load_config(CONFIG, data, reward_funcs=[lambda r, l: 0.0])
     with pytest.raises(ConfigError, match="rl_config.kl_coeff"):
         load_config({"rl_config": {"kl_coeff": 0.1}})
 

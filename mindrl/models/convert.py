@@ -252,11 +252,12 @@ def _resolve_config(input_path: str, model_config: Optional[str]) -> ModelConfig
 def convert(input_path: str, output: str, *, model_config: Optional[str] = None, dtype: Optional[str] = None,
             overwrite: bool = False, tokenizer: Optional[str] = None, to_yaml: bool = False,
             write_config: bool = True, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
-            log: Callable[[str], None] = print) -> str:
+            log: Callable[[str], None] = print, status: Callable[[str], None] = lambda _: None) -> str:
     """Convert ``input_path`` to ``output`` (direction from the paths, see the module docstring).
 
     Returns the kind of output written: "yaml", "mindspore" or "hf". Raises ConvertError,
-    CheckpointError or ModelConfigError with a one-line message naming the path.
+    CheckpointError or ModelConfigError with a one-line message naming the path. ``status`` hears one line when
+    the checks have passed and the (possibly long) reading and writing starts.
     """
     input_path, output = os.fspath(input_path), os.fspath(output)
     if dtype is not None and dtype not in _CODE:
@@ -291,6 +292,7 @@ def convert(input_path: str, output: str, *, model_config: Optional[str] = None,
     source = TensorSource(input_path)
     plan = _Plan(source, config, dtype)
     parent = os.path.dirname(os.path.abspath(output))
+    status(f"converting {input_path} -> {output} ...")
 
     if output.endswith(MS_SUFFIXES):
         sibling = os.path.join(parent, "config.json")
@@ -378,10 +380,10 @@ def cli_main(argv=None) -> int:
         return int(exc.code or 0)
     import time
     started = time.perf_counter()
-    print(f"converting {args.input} -> {args.output} ...", file=sys.stderr, flush=True)
-    try:
+    try:  # the status line comes once the checks pass, so a refused command prints its error line alone
         convert(args.input, args.output, model_config=args.model_config, dtype=args.dtype, overwrite=args.overwrite,
-                tokenizer=args.tokenizer, to_yaml=args.to_yaml, write_config=not args.no_config)
+                tokenizer=args.tokenizer, to_yaml=args.to_yaml, write_config=not args.no_config,
+                status=lambda line: print(line, file=sys.stderr, flush=True))
     except (ConvertError, CheckpointError, ModelConfigError) as err:
         print(f"mindrl convert: error: {err}", file=sys.stderr)
         return 2
