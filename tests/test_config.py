@@ -754,6 +754,39 @@ def test_each_foreign_key_is_accepted_only_with_what_mindrl_does(ws, key):
     assert f"{key}: " in msg and f"not used by mindrl because {why}" in msg
 
 
+@pytest.mark.parametrize("key", sorted(__import__("mindrl.config.train", fromlist=["x"]).FOREIGN_KEYS))
+def test_each_foreign_key_given_as_an_override_is_judged_like_the_yaml_key(ws, key):
+    """`mindrl train ... rl_config.colocate_actor_ref=true` means what the yaml key means: accepted with the value that
+    says what mindrl does, else refused with the reason and the override named; never a look-alike suggestion."""
+    from mindrl.config.loader import _show
+    from mindrl.config.train import FOREIGN_KEYS
+    accepted, why = FOREIGN_KEYS[key]
+    for value in accepted:
+        cfg = load(ws, overrides=[f"{key}={_show(value)}"])
+        assert cfg == load(ws)  # accepted and changes nothing: it names what mindrl does anyway
+    refused = {True: False, False: True}.get(accepted[0], 7) if accepted else 7
+    msg = error(ws, overrides=[f"{key}={_show(refused)}"])
+    assert msg.splitlines() == [line for line in msg.splitlines() if line.startswith(f"cfg.yaml: {key}: ")], msg
+    assert f"not used by mindrl because {why}" in msg and f"command-line override '{key}={_show(refused)}'" in msg
+    assert "did you mean" not in msg and "unknown key" not in msg
+
+
+def test_mindspeed_overrides_colocate_actor_ref_and_its_siblings(ws):
+    """The overrides a MindSpeed-RL user types, together: accepted as a yaml file would be; an override replaces the
+    file's value (a refused file value with an accepted override loads), and a refused one is named."""
+    cfg = load(ws, overrides=["rl_config.colocate_actor_ref=true", "rl_config.use_integrated_worker=true",
+                              "actor_config.pipeline_model_parallel_size=1", "generate_config.sampling_config.top_k=-1"])
+    assert cfg.generate_config.top_k == 0 and cfg.critic_config is None  # no section made for a dropped key
+    assert load(ws, {"rl_config": {"colocate_actor_ref": False}}, overrides=["rl_config.colocate_actor_ref=true"]) \
+        == load(ws)
+    msg = error(ws, {"rl_config": {"colocate_actor_ref": True}}, overrides=["rl_config.colocate_actor_ref=false"])
+    assert_error(msg, "rl_config.colocate_actor_ref", "false is not used by mindrl because mindrl always holds the "
+                 "actor and the reference in one process", "(true is accepted", "rl_config.colocate_actor_ref=false")
+    assert "did you mean" not in msg
+    # an unknown key that is no other framework's still gets its suggestion
+    assert "did you mean 'rl_config.kl_coef'?" in error(ws, overrides=["rl_config.kl_coeff=0.1"])
+
+
 def test_rule_reward_says_whether_rule_verifiers_score(ws):
     assert "rl_config.rule_reward: true, but rl_config.verifier_function names no verifier" in error(
         ws, {"rl_config": {"rule_reward": True, "verifier_function": [], "verifier_weight": []},

@@ -7,7 +7,9 @@ Pipeline (all before anything touches mindspore):
 
 1. parse the yaml with a strict loader (YAML 1.2 booleans, ``1e-5`` is a float, duplicate keys
    are errors);
-2. move alias spellings (MindSpeed-RL / MindRLHF habits) onto their canonical keys;
+2. move alias spellings (MindSpeed-RL / MindRLHF habits) onto their canonical keys, and take out other
+   frameworks' keys mindrl does not read (accepted with the value that says what mindrl does, else refused with
+   the reason), whether the file or a command-line override gives them;
 3. apply ``section.key=value`` command-line overrides;
 4. walk the dataclass schema: unknown keys, types, choices and bounds;
 5. fill derived defaults, then check rules spanning several keys and the files the run needs.
@@ -253,21 +255,49 @@ def _section_dict(raw: dict, section: str) -> dict | None:
     return node if isinstance(node, dict) else None
 
 
+def _judge_foreign(kind: ConfigKind, key: str, value: Any, err: Errors) -> None:
+    """Accept a foreign key's value when it is what mindrl does anyway, else refuse it with the reason."""
+    accepted, why = kind.foreign[key]
+    if value not in accepted or (isinstance(value, bool) != any(isinstance(a, bool) for a in accepted)):
+        if accepted:
+            err.add(key, f"{_show(value)} is not used by mindrl because {why} "
+                         f"({' or '.join(_show(a) for a in accepted)} is accepted: that is what mindrl does)")
+        else:
+            err.add(key, f"not used by mindrl because {why}; remove it")
+
+
 def _drop_foreign(kind: ConfigKind, raw: dict, err: Errors) -> None:
     """Take other frameworks' keys out of ``raw``: accepted when their value is what mindrl does anyway, else
     refused with the reason (never a guess at a similar-looking mindrl key)."""
-    for key, (accepted, why) in kind.foreign.items():
+    for key in kind.foreign:
         parts = key.split(".")
         parent = _get_path(raw, parts[:-1])
-        if not isinstance(parent, dict) or parts[-1] not in parent:
+        if isinstance(parent, dict) and parts[-1] in parent:
+            _judge_foreign(kind, key, parent.pop(parts[-1]), err)
+
+
+def _foreign_overrides(kind: ConfigKind, raw: dict, overrides: Iterable[str], err: Errors) -> list[str]:
+    """Judge ``key=value`` overrides of other frameworks' keys as :func:`_drop_foreign` judges the file's (the
+    override's value replaces the file's, which is not judged then). Returns the other overrides."""
+    rest = []
+    for text in overrides:
+        key, sep, value_text = text.partition("=")
+        key = key.strip()
+        if not sep or key not in kind.foreign:
+            rest.append(text)
             continue
-        value = parent.pop(parts[-1])
-        if value not in accepted or (isinstance(value, bool) != any(isinstance(a, bool) for a in accepted)):
-            if accepted:
-                err.add(key, f"{_show(value)} is not used by mindrl because {why} "
-                             f"({' or '.join(_show(a) for a in accepted)} is accepted: that is what mindrl does)")
-            else:
-                err.add(key, f"not used by mindrl because {why}; remove it")
+        err.origin[key] = text
+        parts = key.split(".")
+        parent = _get_path(raw, parts[:-1])
+        if isinstance(parent, dict):
+            parent.pop(parts[-1], None)
+        try:
+            value = yaml.load(value_text, Loader=_Loader)  # noqa: S506
+        except yaml.YAMLError as exc:
+            err.add(key, f"cannot parse value {value_text!r} of command-line override: {' '.join(str(exc).split())}")
+            continue
+        _judge_foreign(kind, key, value, err)
+    return rest
 
 
 def _canonicalize(kind: ConfigKind, raw: dict, err: Errors) -> None:
@@ -590,6 +620,7 @@ def config_from_dict(data: dict, overrides: Iterable[str] = (), *, source: str =
         raise ConfigError(f"{source}: expected a mapping of sections at the top level, got "
                           f"{_show(data)} ({_type_word(data)})")
     raw = copy.deepcopy(data)
+    overrides = _foreign_overrides(kind, raw, overrides, err)
     _canonicalize(kind, raw, err)
     _apply_overrides(kind, raw, overrides, err)
     cfg = _walk(kind, kind.root, raw, "", err)
@@ -622,6 +653,7 @@ def raw_config(config, overrides: Iterable[str] = (), kind: ConfigKind | None = 
             raise ConfigError(f"{source}: cannot read config file: {exc}") from None
     raw = copy.deepcopy(config or {})
     err = Errors(source)
+    overrides = _foreign_overrides(kind, raw, overrides, err)
     _canonicalize(kind, raw, err)
     _apply_overrides(kind, raw, overrides, err)
     err.raise_if_any()
