@@ -160,11 +160,13 @@ class Experience:
 
     # -- the exchange between ranks ---------------------------------------------------------------------
     def pack(self) -> np.ndarray:
-        """This rank's rows as one float32 matrix (token ids are exact in float32 below 2**24).
+        """This rank's rows as one float32 matrix (the exchange between ranks carries float32 only).
 
         Columns: prompt length, response length, prompt ids [P], response ids [R], rollout log-probs [R],
-        finished, score, reward, then one column per verifier (sorted by name). Only the sampling fields travel:
-        everything else is computed after the exchange.
+        finished, reward, score [4 columns], then one column per verifier (sorted by name). Token ids are exact in
+        float32 below 2**24; the float64 score travels as the four 16-bit words of its bits (each an exact float32),
+        so every rank unpacks the very score a single process keeps. Only the sampling fields travel: everything
+        else is computed after the exchange.
         """
         n, names = len(self), sorted(self.verifier_scores)
         p_len, r_len = self.prompt_lengths, self.response_lengths
@@ -172,7 +174,7 @@ class Experience:
         for i in range(n):
             prompts[i, :p_len[i]] = self.prompt_ids[i, self.prompt_width - p_len[i]:]
         cols = [p_len[:, None], r_len[:, None], prompts, self.response_ids * self.response_mask,
-                self.rollout_log_probs, self.finished[:, None], self.scores[:, None], self.rewards[:, None]]
+                self.rollout_log_probs, self.finished[:, None], self.rewards[:, None], _float64_to_words(self.scores)]
         cols += [self.verifier_scores[k][:, None] for k in names]
         return np.concatenate([np.asarray(c, np.float32) for c in cols], axis=1)
 
@@ -181,15 +183,16 @@ class Experience:
                pad_id: int, n_samples: int) -> "Experience":
         """Rows packed by :meth:`pack` on every rank, concatenated in replica order. Groups are renumbered."""
         p0, r0 = 2, 2 + prompt_width
-        o = r0 + 2 * response_width
+        o = r0 + 2 * response_width  # finished, reward, score words, verifiers
+        v0 = o + 2 + _WORDS
         prompts = [row[p0:p0 + int(row[0])].astype(np.int64).tolist() for row in mat]
         responses = [row[r0:r0 + int(row[1])].astype(np.int64).tolist() for row in mat]
         log_probs = [row[r0 + response_width:r0 + response_width + int(row[1])] for row in mat]
-        per = {k: mat[:, o + 3 + j] for j, k in enumerate(sorted(verifier_names))}
+        per = {k: mat[:, v0 + j] for j, k in enumerate(sorted(verifier_names))}
         per = {k: per[k] for k in verifier_names}
         return cls.from_rollout(prompts, responses, log_probs, mat[:, o] > 0.5, np.arange(len(mat)) // n_samples,
-                                mat[:, o + 2].astype(np.float32), mat[:, o + 1].astype(np.float32), per,
-                                prompt_width, response_width, pad_id)
+                                mat[:, o + 1], _words_to_float64(mat[:, o + 2:v0]), per, prompt_width,
+                                response_width, pad_id)
 
     def validate(self) -> "Experience":
         """Check every filled field's shape and dtype against the documented ones (used by tests)."""
@@ -210,6 +213,19 @@ class Experience:
             if v.shape != (n,) or v.dtype != np.float32:
                 raise TypeError(f"Experience.verifier_scores[{k!r}]: {v.dtype}{list(v.shape)}, expected float32[{n}]")
         return self
+
+
+_WORDS = 4  # 16-bit words of a float64
+
+
+def _float64_to_words(x: np.ndarray) -> np.ndarray:
+    """[N] float64 -> [N, 4] float32 holding the 16-bit words of each value's bits: integers below 2**16 are exact
+    in float32, so the words survive any float32 transport and :func:`_words_to_float64` restores every bit."""
+    return np.ascontiguousarray(x, "<f8").view("<u2").reshape(-1, _WORDS).astype(np.float32)
+
+
+def _words_to_float64(words: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(words).astype("<u2")).view("<f8").reshape(-1).astype(np.float64)
 
 
 def _fit(a: np.ndarray, width: int, fill, left: bool) -> np.ndarray:
