@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -45,6 +46,45 @@ def test_load_config_adds_the_reward_functions_the_config_does_not_name(tmp_path
         load_config(CONFIG, data, reward_funcs=[lambda r, l: 0.0])
     with pytest.raises(ConfigError, match="rl_config.kl_coeff"):
         load_config({"rl_config": {"kl_coeff": 0.1}})
+
+
+def test_grpo_trainer_adds_its_reward_functions_to_a_loaded_config(tmp_path, monkeypatch):
+    """GRPOTrainer(load_config(path), reward_funcs=[fn]), the form TRL users write, gives the trainer the config
+    load_config(path, reward_funcs=[fn]) gives; so do the path and dict forms. (The trainer is not built here: the
+    config it would be built from is captured.)"""
+    from mindrl import GRPOTrainer, load_config
+    from mindrl.trainer.loop import RLTrainer
+    built = []
+    monkeypatch.setattr(RLTrainer, "__init__", lambda self, cfg, reward_funcs=None: built.append((cfg, reward_funcs)))
+    for name in ("prompts", "heldout"):
+        for suffix in (".mindrecord", ".mindrecord.db"):
+            (tmp_path / f"{name}{suffix}").write_bytes(b"")
+    data = [f"data.path={tmp_path / 'prompts.mindrecord'}", f"eval.path={tmp_path / 'heldout.mindrecord'}"]
+    cases = [([], ["last_number", "answer_length"], [1.0, 1.0]),  # the yaml names last_number
+             (["rl_config.verifier_weight=[0.5]"], ["last_number", "answer_length"], [0.5, 1.0]),
+             (["rl_config.verifier_function=null", "rl_config.verifier_weight=null"], ["answer_length"], [1.0])]
+    for over, verifiers, weights in cases:
+        loaded = load_config(CONFIG, data + over)
+        assert "answer_length" not in loaded.rl_config.verifier_function
+        GRPOTrainer(loaded, reward_funcs=[answer_length])
+        cfg, funcs = built[-1]
+        assert (cfg.rl_config.verifier_function, cfg.rl_config.verifier_weight) == (verifiers, weights), over
+        assert funcs == [answer_length]
+        assert cfg == load_config(CONFIG, data + over, reward_funcs=[answer_length])
+        assert cfg.to_yaml() == load_config(CONFIG, data + over, reward_funcs=[answer_length]).to_yaml()
+    GRPOTrainer(CONFIG, reward_funcs=[answer_length], overrides=data)
+    assert built[-1][0].rl_config.verifier_function == ["last_number", "answer_length"]
+    sections = yaml.safe_load(open(CONFIG))
+    sections["data"]["path"], sections["eval"]["path"] = data[0].split("=")[1], data[1].split("=")[1]
+    GRPOTrainer(sections, reward_funcs=[answer_length])
+    assert built[-1][0].rl_config.verifier_function == ["last_number", "answer_length"]
+    named = load_config(CONFIG, data, reward_funcs=[answer_length])
+    GRPOTrainer(named, reward_funcs=[answer_length])
+    assert built[-1][0] is named  # already named: used as it is
+    with pytest.raises(ValueError, match="a loaded config already has them"):
+        GRPOTrainer(named, overrides=["rl_config.train_iters=2"])
+    with pytest.raises(ValueError, match="has no name"):
+        GRPOTrainer(load_config(CONFIG, data), reward_funcs=[lambda r, l: 0.0])
 
 
 def test_grpo_trainer_trains_with_a_python_reward_function(tmp_path):

@@ -629,6 +629,7 @@ def config_from_dict(data: dict, overrides: Iterable[str] = (), *, source: str =
     explicit = {f"{s}.{k}" for s, sec in raw.items() if isinstance(sec, dict) for k in sec}
 
     cfg._explicit = explicit  # for to_yaml: what the user gave, as opposed to what was resolved
+    cfg._raw, cfg._source = raw, source  # what the user gave, to validate again with a change (the Python API)
     kind.resolve(cfg, explicit, name)
     kind.rules(cfg, explicit, err)
     if check_paths:
