@@ -135,12 +135,49 @@ def test_mindrl_plot_overlays_runs_and_refuses_a_non_run(tmp_path):
     res = subprocess.run([sys.executable, "-m", "mindrl.cli", "plot", str(tmp_path / "r1"), str(tmp_path / "r2"),
                           "-o", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == f"wrote {out}"
+    assert res.stdout.strip() == f"wrote {out} (2 runs: {tmp_path.name}/r1, {tmp_path.name}/r2)"
     img = mpimg.imread(str(out))
     assert img.shape[0] > 400 and img.shape[1] > 800 and img[..., :3].std() > 0.05  # a drawn picture, not blank
     res = subprocess.run([sys.executable, "-m", "mindrl.cli", "plot", str(tmp_path)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "no metrics.jsonl (is it a run directory?)" in res.stderr
+
+
+def test_mindrl_plot_of_a_names_runs_draws_each_once_and_writes_beside_them(tmp_path, monkeypatch):
+    """`mindrl plot runs/demo/*` matches `latest` as well as the run it links to: each run is drawn once, labelled
+    <name>/<run id>; without -o the picture goes to the runs' common parent (runs/demo/compared.png), never the
+    current directory, and the same command run again (its glob now matching compared.png) still works."""
+    import glob
+    from mindrl.trainer import report
+    for i in (1, 2):
+        write_metrics(tmp_path / "runs" / "demo" / f"2026112{i}-000000", fake_rows(6, i))
+    os.symlink("20261122-000000", tmp_path / "runs" / "demo" / "latest")
+    write_metrics(tmp_path / "runs" / "other" / "20261123-000000", fake_rows(6, 3))
+    monkeypatch.chdir(tmp_path)
+    read = []
+    monkeypatch.setattr(report, "read_rows", lambda d: read.append(d) or fake_rows(6, 1))
+    report.plot_runs(sorted(glob.glob("runs/demo/*")), str(tmp_path / "runs" / "x.png"))
+    assert read == ["runs/demo/20261121-000000", "runs/demo/20261122-000000"]  # latest is the second: not read again
+    assert report.run_label("runs/demo/latest") == "demo/20261122-000000"
+    assert report.unique_runs(["runs/demo/latest", "runs/demo/20261122-000000"]) == ["runs/demo/latest"]
+    monkeypatch.undo()
+    env = dict(os.environ, GLOG_v="3")
+
+    def plot(*runs):
+        return subprocess.run([sys.executable, "-m", "mindrl.cli", "plot", *runs], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+    for _ in range(2):  # the second time the glob also matches the compared.png the first one wrote
+        res = plot(*sorted(glob.glob(str(tmp_path / "runs" / "demo" / "*"))))
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == "wrote runs/demo/compared.png (2 runs: demo/20261121-000000, demo/20261122-000000)"
+        assert (tmp_path / "runs" / "demo" / "compared.png").read_bytes()[:4] == b"\x89PNG"
+    res = plot("runs/demo/latest", "runs/other/20261123-000000")
+    assert res.returncode == 0 and res.stdout.startswith("wrote runs/compared.png (2 runs: "), res.stderr
+    res = plot("runs/demo/latest", "runs/demo/20261122-000000")  # one run twice: its own report.png
+    assert res.returncode == 0 and res.stdout.strip() == "wrote runs/demo/latest/report.png", res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # nothing in the current directory
+    res = plot("runs/demo/compared.png")  # a picture alone is no run
+    assert res.returncode == 2 and "runs/demo/compared.png: no metrics.jsonl" in res.stderr
 
 
 # -- held-out evaluation: jsonl sets, predictions, the best checkpoint ---------------------------------------

@@ -38,9 +38,36 @@ def series(rows: Sequence[dict], key: str):
 
 
 def run_label(run_dir: str) -> str:
-    """``<name>/<run id>`` for a run directory under runs/, else its last two path parts."""
-    parts = os.path.normpath(os.path.abspath(run_dir)).split(os.sep)
+    """``<name>/<run id>`` for a run directory under runs/, else its last two path parts; a link (``latest``) is
+    named by the run it points to."""
+    parts = os.path.realpath(run_dir).split(os.sep)
     return "/".join(parts[-2:])
+
+
+def unique_runs(run_dirs: Sequence[str]) -> List[str]:
+    """``run_dirs`` without repeats of one run, in the order given: ``runs/<name>/*`` matches ``latest`` as well as
+    the run it links to, which is drawn once (under the name the first mention gave)."""
+    seen, out = set(), []
+    for d in run_dirs:
+        real = os.path.realpath(d)
+        if real not in seen:
+            seen.add(real)
+            out.append(d)
+    return out
+
+
+def default_output(run_dirs: Sequence[str]) -> str:
+    """Where ``mindrl plot`` draws without ``-o``: one run's own ``report.png``; several runs' ``compared.png`` in
+    their common parent directory (``runs/tiny_math/*`` -> ``runs/tiny_math/compared.png``), so it lands beside the
+    runs (ignored by git as they are) and not in the current directory."""
+    if len(run_dirs) == 1:
+        return os.path.join(run_dirs[0], "report.png")
+    parents = [os.path.dirname(os.path.realpath(d)) for d in run_dirs]
+    common = os.path.commonpath(parents)
+    if common == os.path.dirname(common):  # nothing shared but the filesystem root: beside the first run
+        common = parents[0]
+    rel = os.path.relpath(common)
+    return os.path.join(common if rel.startswith("..") else rel, "compared.png")
 
 
 def plot_runs(run_dirs: Sequence[str], out: str, title: Optional[str] = None) -> str:
@@ -48,7 +75,7 @@ def plot_runs(run_dirs: Sequence[str], out: str, title: Optional[str] = None) ->
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    runs = [(run_label(d), read_rows(d)) for d in run_dirs]
+    runs = [(run_label(d), read_rows(d)) for d in unique_runs(run_dirs)]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
     ax = dict(zip(("score", "eval", "kl", "entropy", "length", "time"), axes.ravel()))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -182,16 +209,23 @@ def cli_main(argv) -> int:
     import argparse
     ap = argparse.ArgumentParser(prog="mindrl plot", description="draw the metrics of one or more runs into a PNG "
                                  "(several runs are overlaid)")
-    ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (each holds a metrics.jsonl)")
+    ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (each holds a metrics.jsonl); "
+                    "a link such as runs/<name>/latest is drawn once with the run it points to")
     ap.add_argument("-o", "--output", help="PNG to write; default: RUN_DIR/report.png for one run, "
-                    "./runs_compared.png for several")
+                    "compared.png in the runs' common parent directory for several")
     ap.add_argument("--title", help="figure title; default: the runs' names")
     args = ap.parse_args(argv)
     import sys
-    missing = [d for d in args.runs if not os.path.isfile(os.path.join(d, "metrics.jsonl"))]
-    if missing:
-        print(f"mindrl plot: error: {missing[0]}: no metrics.jsonl (is it a run directory?)", file=sys.stderr)
+    # `mindrl plot runs/<name>/*` also matches the comparison picture an earlier plot wrote there
+    pictures = [d for d in args.runs if d.endswith(".png") and os.path.isfile(d)]
+    runs = [d for d in args.runs if d not in pictures]
+    missing = [d for d in runs if not os.path.isfile(os.path.join(d, "metrics.jsonl"))]
+    if missing or not runs:
+        print(f"mindrl plot: error: {(missing or args.runs)[0]}: no metrics.jsonl (is it a run directory?)",
+              file=sys.stderr)
         return 2
-    out = args.output or (os.path.join(args.runs[0], "report.png") if len(args.runs) == 1 else "runs_compared.png")
-    print(f"wrote {plot_runs(args.runs, out, args.title)}")
+    runs = unique_runs(runs)
+    out = args.output or default_output(runs)
+    plot_runs(runs, out, args.title)
+    print(f"wrote {out}" + (f" ({len(runs)} runs: {', '.join(run_label(d) for d in runs)})" if len(runs) > 1 else ""))
     return 0
