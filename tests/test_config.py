@@ -798,3 +798,34 @@ def test_rule_reward_says_whether_rule_verifiers_score(ws):
                                                                          "model": "model_configs/tiny.yaml"}})
     assert cfg.rl_config.verifier_function == []
 
+
+
+# -- shipped dataset configs --------------------------------------------------------------------------------------
+
+def test_gsm8k_config_as_shipped_reads_a_qwen_tokenizer_of_only_vocab_and_merges(tmp_path):
+    """configs/datasets/gsm8k.yaml's `tokenizer_type: HuggingFaceTokenizer` covers a Qwen directory without
+    tokenizer.json (vocab.json + merges.txt only): prompts tokenize as transformers' Qwen2 tokenizer of the same files
+    (with its chat template) does, and nothing in the config needs changing."""
+    import shutil
+    transformers = pytest.importorskip("transformers")
+    from test_preprocess import _hf_qwen_dir, read_back, write_jsonl
+    from mindrl.data.preprocess import cli_main
+    full = _hf_qwen_dir(tmp_path / "full")
+    only = tmp_path / "only"
+    only.mkdir()
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(os.path.join(full, name), only / name)
+    rows = [{"question": "x^2 + 3x = 10, find x.", "answer": "x = 2\n#### 2"},
+            {"question": "You are a helpful assistant. Find x.", "answer": "so\n#### -5"}]
+    config = Path(__file__).resolve().parents[1] / "configs" / "datasets" / "gsm8k.yaml"
+    assert yaml.safe_load(config.read_text())["tokenizer_type"] == "HuggingFaceTokenizer"
+    assert cli_main(["--config", str(config), f"input={write_jsonl(tmp_path / 'train.jsonl', rows)}",
+                     f"tokenizer_name_or_path={only}", f"output_prefix={tmp_path / 'data'}"]) == 0
+    ref = transformers.AutoTokenizer.from_pretrained(full)
+    back = read_back(tmp_path / "data.mindrecord")
+    for row, got in zip(rows, back):
+        want = ref.apply_chat_template([{"role": "user", "content": row["question"]}], add_generation_prompt=True,
+                                       tokenize=True)
+        want = want["input_ids"] if hasattr(want, "keys") else want
+        assert got["prompt_ids"].tolist() == list(want)
+    assert [str(r["labels"]) for r in back] == ["2", "-5"]
