@@ -243,8 +243,9 @@ class AdvantageEstimator:
 
     ``compute(inputs)`` takes an :class:`AdvantageInputs` and returns ``(advantages [N, T], returns [N, T] or
     None)`` in float32. ``needs_critic``: values from a value model. ``needs_groups``: several samples per prompt.
-    ``token_level``: reads per-token rewards (KL in the reward shapes every token); the others read each
-    sequence's total. ``options``: the rl_config keys it reads (the config refuses them for other estimators).
+    ``token_level``: reads per-token rewards (KL in the reward shapes every token), which the trainer builds only
+    for these; the others read each sequence's total. ``options``: the rl_config keys it reads (the config
+    refuses them for other estimators).
     """
 
     def __init__(self, name, compute, needs_critic=False, needs_groups=False, token_level=False, options=()):
@@ -255,8 +256,9 @@ class AdvantageEstimator:
 
 class AdvantageInputs:
     """What an estimator may read. ``sequence_rewards`` [N] float64 (each row's reward total),
-    ``token_rewards`` [N, T], ``mask`` [N, T] (the tokens that enter the loss), ``groups`` [N] (prompt ids),
-    ``values`` [N, T] or None, ``options`` {key: value} of rl_config."""
+    ``token_rewards`` [N, T] (None unless the estimator is ``token_level``), ``mask`` [N, T] (the tokens that
+    enter the loss), ``groups`` [N] (prompt ids), ``values`` [N, T] or None, ``options`` {key: value} of
+    rl_config."""
 
     def __init__(self, sequence_rewards, token_rewards, mask, groups, values=None, options=None):
         self.sequence_rewards, self.token_rewards, self.mask = sequence_rewards, token_rewards, mask

@@ -35,9 +35,8 @@ class RLTrainer:
         from mindrl.trainer.roles import Critic, Policy, Reference, RewardScorer
         from mindrl.trainer.preflight import preflight
         started = time.perf_counter()
-        rl = cfg.rl_config
+        self.cfg, rl = cfg, cfg.rl_config
         preflight(cfg)  # files that do not fit the config are refused before anything is built
-        self.cfg = cfg
         self.rewards = build_reward_computer(rl, reward_funcs)  # a bad verifier fails before any model is built
         self.run = run = RunContext.create(cfg, run_dir)
         self.estimator = get_advantage_estimator(rl.adv_estimator)
@@ -92,18 +91,19 @@ class RLTrainer:
         return sum(r.updater.skipped for r in (self.policy, self.critic) if r is not None)
 
     def compute_advantages(self, exp) -> dict:
-        """Token rewards (the score on each response's last token, minus the KL penalty when KL is in the reward),
-        then the estimator named by rl_config.adv_estimator. Fills exp.token_rewards/advantages/returns."""
+        """Sequence totals (score - KL penalty with KL in the reward), token rewards only for a token-level estimator
+        (None otherwise), then rl_config.adv_estimator. Fills exp.token_rewards/advantages/returns."""
         from mindrl.algorithms import AdvantageInputs, kl_penalized_token_rewards, kl_reward_penalty
-        rl, metrics = self.cfg.rl_config, {}
-        totals = exp.scores
-        if self.kl_ctrl is not None:
-            exp.token_rewards, kl, metrics = kl_reward_penalty(exp.scores, exp.old_log_probs, exp.ref_log_probs,
-                                                               exp.response_mask, self.kl_ctrl, rl.kl_penalty)
+        rl, metrics, tokens, totals = self.cfg.rl_config, {}, None, exp.scores
+        if self.kl_ctrl is not None:  # steps the controller: needed whatever the estimator reads
+            tokens, kl, metrics = kl_reward_penalty(exp.scores, exp.old_log_probs, exp.ref_log_probs,
+                                                    exp.response_mask, self.kl_ctrl, rl.kl_penalty)
             totals = exp.scores - metrics["actor/reward_kl_penalty_coeff"] * kl.sum(-1)
-        else:
-            exp.token_rewards = kl_penalized_token_rewards(exp.scores, np.zeros_like(exp.response_mask),
-                                                           exp.response_mask, 0.0)
+        elif self.estimator.token_level:
+            tokens = kl_penalized_token_rewards(exp.scores, np.zeros_like(exp.response_mask), exp.response_mask, 0.0)
+        exp.token_rewards = tokens if self.estimator.token_level else None
+        if exp.token_rewards is None:  # else rollout_metrics sums the token rewards the estimator read
+            metrics["critic/rewards/mean"] = float(np.mean(totals))
         options = {k: getattr(rl, k) for k in self.estimator.options}
         inputs = AdvantageInputs(totals, exp.token_rewards, exp.loss_mask, exp.group, exp.values, options)
         exp.advantages, exp.returns = self.estimator.compute(inputs)
