@@ -37,8 +37,9 @@ def _remove(path: str) -> None:
 def publish(staged: str, path: str) -> None:
     """Move the finished ``staged`` file or directory to ``path``, replacing what was there.
 
-    A file replaces atomically. A non-empty directory cannot be replaced by ``os.replace``: the old one is first
-    renamed aside (a staging name, so a crash in between leaves nothing a reader mistakes for real), then removed.
+    A file or a symbolic link replaces atomically. A non-empty directory cannot be replaced by ``os.replace``: the
+    old one is first renamed aside (a staging name, so a crash in between leaves nothing a reader mistakes for
+    real), then removed.
     """
     old = None
     if os.path.isdir(path) and not os.path.islink(path):
@@ -47,7 +48,7 @@ def publish(staged: str, path: str) -> None:
             os.rename(path, old)
         else:
             os.rmdir(path)
-    elif os.path.lexists(path) and os.path.isdir(staged):
+    elif os.path.lexists(path) and os.path.isdir(staged) and not os.path.islink(staged):
         os.remove(path)
     os.replace(staged, path)
     if old:

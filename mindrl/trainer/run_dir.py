@@ -148,19 +148,18 @@ def _write_marker(lg, resumed_from: Optional[str], checkpoints: Optional[str]) -
 
 
 def _point_latest(run_dir: str, run_id: str) -> None:
-    """``<parent>/latest -> <run_id>`` (replaced atomically) when the run directory's last part is its id."""
+    """``<parent>/latest -> <run_id>`` (replaced atomically) when the run directory's last part is its id. The link
+    is staged under mindrl.io's one naming scheme, so a start-up here removes what a killed one left behind."""
+    from mindrl.io import atomic_path, remove_stale_staging
     if os.path.basename(os.path.normpath(run_dir)) != run_id:
         return  # <run_id> inside a longer name: no single parent to hold the link
     parent = os.path.dirname(os.path.normpath(run_dir))
     link = os.path.join(parent, LATEST)
     if os.path.exists(link) and not os.path.islink(link):
         return  # a real directory named "latest": a run the user named so; leave it
-    tmp = os.path.join(parent, f".{LATEST}.{os.getpid()}")
+    remove_stale_staging(parent)
     try:
-        os.symlink(run_id, tmp)
-        os.replace(tmp, link)
+        with atomic_path(link) as tmp:
+            os.symlink(run_id, tmp)
     except OSError:  # a filesystem without symbolic links: the run works, only the shortcut is missing
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass
