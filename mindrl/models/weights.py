@@ -250,19 +250,26 @@ def state_numpy(net) -> Dict[str, np.ndarray]:
             for name, p in net.parameters_and_names()}
 
 
-def save_hf(net, config, directory: str, dtype: Optional[str] = None, tokenizer_dir: Optional[str] = None) -> None:
-    """Export as an HF directory: config.json + model.safetensors (sharded above 4 GiB)."""
-    tensors = state_numpy(net)
+def export_hf(tensors: Dict[str, np.ndarray], config, directory: str, hf_config: Optional[dict] = None,
+              tokenizer_dir: Optional[str] = None, dtype: Optional[str] = None) -> None:
+    """The one HF-directory writer: full tensors (HF names and orientation) as model.safetensors (sharded above
+    4 GiB), ``hf_config`` (default: the model config's) as config.json, and ``tokenizer_dir``'s tokenizer files."""
+    from mindrl.data.tokenizer import copy_tokenizer_files
+    tensors = dict(tensors)
     if config.tie_word_embeddings:
-        tensors.pop("lm_head.weight", None)
+        tensors.pop("lm_head.weight", None)  # the embedding is the head: HF loaders tie it again
     os.makedirs(directory, exist_ok=True)
     save_sharded(tensors, directory, dtype)
-    hf = config.to_hf_dict()
+    hf = dict(config.to_hf_dict() if hf_config is None else hf_config)
     if dtype:
         hf["torch_dtype"] = dtype
     write_json(os.path.join(directory, "config.json"), hf)
-    from mindrl.data.tokenizer import copy_tokenizer_files
     copy_tokenizer_files(tokenizer_dir, directory)
+
+
+def save_hf(net, config, directory: str, dtype: Optional[str] = None, tokenizer_dir: Optional[str] = None) -> None:
+    """Export ``net`` as an HF directory (:func:`export_hf`)."""
+    export_hf(state_numpy(net), config, directory, tokenizer_dir=tokenizer_dir, dtype=dtype)
 
 
 def save_ms_checkpoint(tensors: Dict[str, np.ndarray], path: str, append: Optional[dict] = None,

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from mindrl.models.weights import export_hf  # the one HF-directory writer (reward_training imports it from here)
 from mindrl.parallel.state import Layout
 from mindrl.parallel.topology import shard_rows
 
@@ -74,19 +75,6 @@ def gathered_state(net, layout) -> dict:
     trans = transposed_names(net)
     full = gather_full_state(dict(net.parameters_and_names()), split_axes(net), layout.tp_context())
     return {n: to_external(v, n in trans) for n, v in full.items()}
-
-
-def export_hf(full: dict, model_config, directory: str, hf_config: dict, tokenizer_dir: Optional[str]) -> None:
-    """Write gathered weights as an HF directory: safetensors, config.json, tokenizer files."""
-    from mindrl.data.tokenizer import copy_tokenizer_files
-    from mindrl.io import write_json
-    from mindrl.models.safetensors_io import save_sharded
-    tensors = dict(full)
-    if model_config.tie_word_embeddings:
-        tensors.pop("lm_head.weight", None)
-    save_sharded(tensors, directory)
-    write_json(os.path.join(directory, "config.json"), hf_config)
-    copy_tokenizer_files(tokenizer_dir, directory)
 
 
 class TrainedRole:
