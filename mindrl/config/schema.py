@@ -31,14 +31,15 @@ def _opt(default: Any = dataclasses.MISSING, *, help: str, factory: Any = datacl
          choices: tuple | None = None, value_aliases: dict | None = None,
          ge: float | None = None, gt: float | None = None,
          le: float | None = None, lt: float | None = None,
-         path: bool = False) -> Any:
+         path: bool = False, derived: bool = False) -> Any:
     """A dataclass field carrying its validation rules in ``metadata``.
 
     Bounds on a list field apply to every element. ``value_aliases`` maps accepted alternative
-    spellings of a choice onto the canonical one.
+    spellings of a choice onto the canonical one. ``derived``: null means the loader derives the value
+    from other keys, and a rule reads whether the user wrote it, so ``to_yaml`` writes it only when given.
     """
     meta = {"help": help, "choices": choices, "value_aliases": value_aliases or {},
-            "ge": ge, "gt": gt, "le": le, "lt": lt, "path": path}
+            "ge": ge, "gt": gt, "le": le, "lt": lt, "path": path, "derived": derived}
     if factory is not dataclasses.MISSING:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -81,7 +82,7 @@ class RLConfig:
     kl_penalty: str = _opt("low_var_kl", choices=KL_PENALTIES, help="KL estimator")
     kl_coef: float = _opt(0.0, ge=0.0, help="KL coefficient (initial one with kl_ctrl_type adaptive); 0 = no KL")
     use_kl_in_reward: bool = _opt(False, help="subtract kl_coef * KL from the token rewards")
-    use_kl_in_loss: bool | None = _opt(None, help="add kl_coef * KL to the actor loss; "
+    use_kl_in_loss: bool | None = _opt(None, derived=True, help="add kl_coef * KL to the actor loss; "
                                        "null = not use_kl_in_reward")
     kl_ctrl_type: str = _opt("fixed", choices=KL_CONTROLLERS,
                              help="KL-in-reward coefficient: fixed, or adaptive towards kl_target")
@@ -276,9 +277,10 @@ class TrainConfig:
         """The resolved config as yaml text; loading it back yields an equal config.
 
         Written: every key the file or an override gave, and every key whose (resolved) value differs from its
-        default; keys left at their defaults are omitted, so rules about keys given on their own ("has no
-        effect") judge the reloaded file as they judged the original. Absent sections (no critic, no reward
-        model) are left out, as an empty one would mean "present".
+        default, except ``derived`` ones (the loader derives them again); keys left at their defaults are
+        omitted, so rules about keys given on their own ("has no effect") judge the reloaded file as they judged
+        the original. Absent sections (no critic, no reward model) are left out, as an empty one would mean
+        "present".
         """
         from mindrl.config.loader import dump_yaml
         given = getattr(self, "_explicit", set())
@@ -292,7 +294,7 @@ class TrainConfig:
                 value = getattr(section, sf.name)
                 default = sf.default if sf.default is not dataclasses.MISSING else (
                     sf.default_factory() if sf.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
-                if f"{f.name}.{sf.name}" in given or value != default:
+                if f"{f.name}.{sf.name}" in given or (value != default and not sf.metadata.get("derived")):
                     keep[sf.name] = dataclasses.asdict(section)[sf.name]
             out[f.name] = keep
         return dump_yaml(out)

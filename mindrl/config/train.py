@@ -229,9 +229,15 @@ def _check_rules(cfg: TrainConfig, explicit: set[str], err: Errors) -> None:
     if rl.use_kl_in_loss and rl.use_kl_in_reward:
         err.add("rl_config.use_kl_in_reward",
                 "and rl_config.use_kl_in_loss are both true: the KL would be applied twice; choose one")
-    if rl.use_kl_in_reward and rl.kl_coef == 0:
-        why = ("rl_config.use_kl_in_loss: false puts the KL into the reward" if "rl_config.use_kl_in_reward"
-               not in explicit else "rl_config.use_kl_in_reward is true")
+    # use_kl_in_loss defaults to true (MindSpeed-RL's default) with kl_coef 0, i.e. no KL: only a placement the
+    # user wrote asks for a KL term that kl_coef 0 would silently drop
+    loss_asked = rl.use_kl_in_loss and "rl_config.use_kl_in_loss" in explicit
+    if (rl.use_kl_in_reward or loss_asked) and rl.kl_coef == 0:
+        if rl.use_kl_in_reward:
+            why = ("rl_config.use_kl_in_loss: false puts the KL into the reward" if "rl_config.use_kl_in_reward"
+                   not in explicit else "rl_config.use_kl_in_reward is true")
+        else:
+            why = "rl_config.use_kl_in_loss is true"
         err.add("rl_config.kl_coef", f"is 0 but {why}; set kl_coef > 0 (alias init_kl_coef), or drop the KL keys")
     if not rl.use_kl_in_loss and not rl.use_kl_in_reward and rl.kl_coef > 0:
         err.add("rl_config.kl_coef", f"{_fmt_num(rl.kl_coef)} but use_kl_in_loss and use_kl_in_reward are both "
