@@ -22,3 +22,11 @@ def setup_context(mode: str = "graph", threads=None) -> None:
         except RuntimeError:
             pass  # already set by the user (it may only be set once per process)
         _STATE["threads"] = threads
+
+
+def use_compile_cache(path: str) -> None:
+    """MindSpore stores compiled graphs in ``path`` and reuses those it finds there (its environment switches,
+    read when a graph compiles)."""
+    os.makedirs(path, exist_ok=True)
+    os.environ["MS_COMPILER_CACHE_ENABLE"] = "1"
+    os.environ["MS_COMPILER_CACHE_PATH"] = path

@@ -47,3 +47,38 @@ def grpo_workdir_for_cache(tmp_path_factory):
             "actor_config.lr=1e-3", "actor_config.lr_warmup_iters=0", f"data.path={work / 'train.mindrecord'}",
             "eval.path=null", "logging.progress_bar=false", "logging.tensorboard=false"]
     return {"dir": work, "overrides": over}
+
+
+# -- the key, without a launch ----------------------------------------------------------------------------------------
+
+def tiny_config(tmp_path, *over):
+    from mindrl.config import load_train_config
+    return load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"),
+                             [f"runtime.compile_cache_path={tmp_path}", "runtime.enable_compile_cache=true", *over],
+                             check_paths=False)
+
+
+def test_each_rank_and_world_size_gets_its_own_directory(tmp_path, monkeypatch):
+    from mindrl.parallel.topology import Topology
+    from mindrl.trainer.compile_cache import compile_cache_dir
+    monkeypatch.chdir(ROOT)  # the config's model path is relative to the checkout
+    cfg = tiny_config(tmp_path)
+    places = [(0, 1), (0, 2), (1, 2), (0, 4), (3, 4)]
+    dirs = [compile_cache_dir(cfg, Topology(rank, world)) for rank, world in places]
+    assert len(set(dirs)) == len(places) and all(os.path.dirname(d) == str(tmp_path) for d in dirs)
+    assert compile_cache_dir(cfg, Topology(1, 2)) == dirs[2]  # the same place, the same key
+    assert compile_cache_dir(tiny_config(tmp_path, "rl_config.micro_batch_size=4"), Topology(1, 2)) != dirs[2]
+
+
+def test_enabling_keys_by_the_launchers_place_and_sets_mindspores_switches(tmp_path, monkeypatch):
+    """The run context enables the cache before communication starts: msrun's announced rank and world key it."""
+    from mindrl.parallel.topology import Topology
+    from mindrl.trainer.compile_cache import compile_cache_dir, enable_compile_cache
+    monkeypatch.chdir(ROOT)
+    cfg = tiny_config(tmp_path)
+    for name, value in (("MS_WORKER_NUM", "4"), ("RANK_ID", "3"), ("MS_COMPILER_CACHE_ENABLE", "0"),
+                        ("MS_COMPILER_CACHE_PATH", "elsewhere")):
+        monkeypatch.setenv(name, value)
+    path = enable_compile_cache(cfg)
+    assert path == compile_cache_dir(cfg, Topology(3, 4)) and os.path.isdir(path)
+    assert os.environ["MS_COMPILER_CACHE_ENABLE"] == "1" and os.environ["MS_COMPILER_CACHE_PATH"] == path

@@ -111,7 +111,8 @@ def verify_checkpoint(directory: str, select=None) -> None:
     used in place of another: the error names the damaged file and offers, by name, the newest older
     checkpoint of the same save directory that is intact."""
     from mindrl.io import DamagedFile, verify_manifest
-    if os.environ.get("MS_ROLE") == "MS_SCHED":
+    from mindrl.parallel.topology import launch_topology
+    if launch_topology().scheduler:
         return  # msrun's scheduler process stops at init(): the workers check before they read
     try:
         verify_manifest(directory, select)

@@ -6,10 +6,12 @@ A stage is one network's layout: ``train`` (the policy and reference updates), `
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
-from mindrl.parallel.state import Layout, init_distributed, make_layout
+if TYPE_CHECKING:  # parallel.state imports MindSpore: preflight reads launch_topology and must stay quick
+    from mindrl.parallel.state import Layout
 
 
 @dataclass
@@ -17,6 +19,7 @@ class Topology:
     rank: int
     world: int
     layouts: Dict[str, Layout] = field(default_factory=dict)
+    scheduler: bool = False  # msrun's scheduler process: it only coordinates init() and runs no stage
 
     @property
     def is_main(self) -> bool:
@@ -39,9 +42,19 @@ def build_topology(stages: Dict[str, tuple]) -> Topology:
 
     Initialises communication first when msrun started this process.
     """
+    from mindrl.parallel.state import init_distributed, make_layout
     rank, world = init_distributed()
     layouts = {name: make_layout(world, rank, tp, dp, what=what) for name, (tp, dp, what) in stages.items()}
     return Topology(rank, world, layouts)
+
+
+def launch_topology() -> Topology:
+    """This process's place as the launcher announced it (msrun's MS_WORKER_NUM, or RANK_SIZE, RANK_ID and MS_ROLE),
+    read without starting communication and without layouts: for what runs before :func:`build_topology`
+    (preflight, the compile cache's key). Where msrun numbers the ranks only at init() (several nodes without
+    --node_rank) ``rank`` reads 0 here."""
+    world = int(os.environ.get("MS_WORKER_NUM") or os.environ.get("RANK_SIZE") or 1)
+    return Topology(int(os.environ.get("RANK_ID") or 0), world, scheduler=os.environ.get("MS_ROLE") == "MS_SCHED")
 
 
 def shard_rows(n: int, layout: Optional[Layout]) -> slice:

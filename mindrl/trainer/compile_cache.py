@@ -13,6 +13,17 @@ import os
 
 
 def enable_compile_cache(cfg) -> str:
+    """Point MindSpore's compile cache at this config's directory (this process's). The run context calls this
+    before it builds the topology, so the place the launcher announced stands for the rank and world."""
+    from mindrl.parallel.topology import launch_topology
+    from mindrl.runtime import use_compile_cache
+    path = compile_cache_dir(cfg, launch_topology())
+    use_compile_cache(path)
+    return path
+
+
+def compile_cache_dir(cfg, topo) -> str:
+    """The directory of the graphs of ``cfg`` on ``topo``'s rank (a parallel.topology.Topology)."""
     import mindspore
     from mindrl import __version__
     from mindrl.models.config import load_model_config
@@ -21,15 +32,11 @@ def enable_compile_cache(cfg) -> str:
         "ref_model": load_model_config(cfg.ref.model).to_hf_dict() if cfg.ref.model else None,
         "fingerprint": cfg.fingerprint("rl_config", "generate_config", "actor_config.tensor_model_parallel_size",
                                        "actor_config.compute_dtype", "runtime.mode", "ref"),
-        "world": os.environ.get("MS_WORKER_NUM", "1"), "rank": os.environ.get("RANK_ID", "0"),
+        "world": str(topo.world), "rank": str(topo.rank),
         "mindrl": __version__, "mindspore": mindspore.__version__, "source": source_digest(),
     }
     key = hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    path = os.path.abspath(os.path.join(cfg.runtime.compile_cache_path, key))
-    os.makedirs(path, exist_ok=True)
-    os.environ["MS_COMPILER_CACHE_ENABLE"] = "1"
-    os.environ["MS_COMPILER_CACHE_PATH"] = path
-    return path
+    return os.path.abspath(os.path.join(cfg.runtime.compile_cache_path, key))
 
 
 def source_digest() -> str:

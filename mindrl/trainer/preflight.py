@@ -56,8 +56,10 @@ def preflight(cfg, source: str = "<config>") -> None:
     """Raise ConfigError naming the key and file of everything found wrong. Runs once per config object (the
     CLI checks before it sets up anything, and the trainer, which the Python API builds directly, checks too)."""
     from mindrl.models.config import ModelConfigError, load_model_config
+    from mindrl.parallel.topology import launch_topology
     if getattr(cfg, "_preflight_passed", False):
         return
+    launch = launch_topology()  # preflight runs before the run's topology (and communication) exists
     lines: List[str] = []
 
     def model(key, path):
@@ -104,10 +106,10 @@ def preflight(cfg, source: str = "<config>") -> None:
     _check_checkpoints(lines, cfg, policy)
     if policy is not None:
         _check_lengths(lines, cfg, policy)
-    _check_outputs(lines, cfg, policy)
+    _check_outputs(lines, cfg, policy, launch.world)
     # the datasets are read last, and only when all else is well: reading them imports MindSpore (about 2 s), and
     # msrun's scheduler process, which stops at init(), leaves them to the workers
-    if not lines and policy is not None and os.environ.get("MS_ROLE") != "MS_SCHED":
+    if not lines and policy is not None and not launch.scheduler:
         _check_data(lines, cfg, policy)
     if lines:
         lines = [f"{source}: {line}" for line in dict.fromkeys(lines)]  # one damaged file can fail two checks
@@ -228,25 +230,24 @@ def _check_jsonl_eval_set(lines: List[str], cfg, policy) -> None:
                      f"vocab_size {policy.vocab_size}")
 
 
-def checkpoint_bytes(cfg, policy) -> int:
-    """About how many bytes one checkpoint of this run takes: per trained role, fp32 weights and two Adam moments,
-    plus every rank's own shards on a multi-rank run."""
+def checkpoint_bytes(cfg, policy, world: int) -> int:
+    """About how many bytes one checkpoint of this run takes on ``world`` ranks: per trained role, fp32 weights and
+    two Adam moments, plus every rank's own shards on a multi-rank run."""
     from mindrl.models.convert import expected_tensors
     from mindrl.models.config import load_model_config
     configs = [policy] + ([load_model_config(cfg.critic_config.model)] if cfg.critic_config is not None else [])
     params = sum(int(np.prod(shape)) for c in configs for shape in expected_tensors(c).values())
-    world = int(os.environ.get("MS_WORKER_NUM") or os.environ.get("RANK_SIZE") or 1)
     return 12 * params * (1 + (world if world > 1 else 0))
 
 
-def _check_outputs(lines: List[str], cfg, policy) -> None:
+def _check_outputs(lines: List[str], cfg, policy, world: int) -> None:
     """The run can write where it will write (save, log_dir), and save can hold one checkpoint: found now, not at
     the first save (with save_interval 0, after the whole run)."""
     from mindrl.models.config import ModelConfigError
     targets = [("logging.log_dir", cfg.logging.log_dir, 1 << 20)]
     if cfg.actor_config.save:
         try:
-            need = checkpoint_bytes(cfg, policy) if policy is not None else 0
+            need = checkpoint_bytes(cfg, policy, world) if policy is not None else 0
         except ModelConfigError:
             need = 0  # the critic's config is reported by its own check
         targets.append(("actor_config.save", cfg.actor_config.save, need))
