@@ -13,16 +13,17 @@ BASE = {"actor_config": {"model": "model_configs/tiny.yaml", "tokenizer_name_or_
         "data": {"path": "train.mindrecord"}}
 
 
+# the files the config names (the loader checks that they exist)
+FILES = {"model_configs/tiny.yaml": "hidden_size: 8\n", "tok/tokenizer.json": "{}", "train.mindrecord": "",
+         "train.mindrecord.db": ""}
+
+
 @pytest.fixture
 def ws(tmp_path, monkeypatch):
-    """A working directory holding the files the config names."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "model_configs").mkdir()
-    (tmp_path / "model_configs" / "tiny.yaml").write_text("hidden_size: 8\n")
-    (tmp_path / "tok").mkdir()
-    (tmp_path / "tok" / "tokenizer.json").write_text("{}")
-    for name in ("train.mindrecord", "train.mindrecord.db"):
-        (tmp_path / name).write_text("")
+    for name, text in FILES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
     return tmp_path
 
 
