@@ -81,7 +81,8 @@ def test_nan_from_a_reward_function_stops_the_step_naming_it(workdir):
                                              "rl_config.verifier_weight": "[1.0]", "actor_config.save": "null",
                                              "actor_config.save_interval": 0, "actor_config.keep_last": 2})
     before = t.policy.state_dict()
-    with pytest.raises(RewardError, match=r"reward function 'nan_after' failed on sample \d+: returned nan"):
+    with pytest.raises(RewardError, match=r"reward function 'nan_after' failed on sample \d+ \(response .*\): "
+                                          r"returned nan"):
         t.train_step()
     after = t.policy.state_dict()
     assert all(np.array_equal(before[k], after[k]) for k in before)

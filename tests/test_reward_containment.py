@@ -129,7 +129,8 @@ def test_hanging_reward_file_is_cut_and_its_worker_replaced(reward_file, tmp_pat
     rc = RewardComputer(["sleepy", "last_number"], [1.0, 1.0], custom_reward_file=reward_file, timeout=1.0,
                         fallback=-1.0)
     try:
-        assert rc.placement["sleepy"][0] == "worker" and rc.placement["last_number"] == ("inline",)
+        assert rc.placement["sleepy"][0] == "worker"
+        assert rc.placement["last_number"] == ("worker", {"attr": "mindrl.rewards.verifiers:last_number_reward"})
         rc.start()
         first = rc.reward_pool.pids()
         out, elapsed = within(30, rc, ["7", "hang", "145"], ["", str(marker), "145"])
@@ -137,7 +138,7 @@ def test_hanging_reward_file_is_cut_and_its_worker_replaced(reward_file, tmp_pat
         np.testing.assert_array_equal(out.per_verifier["sleepy"], [1.0, -1.0, 1.0])
         np.testing.assert_array_equal(out.scores, [1.0, -1.0 + 0.0, 2.0])
         assert (out.failures, out.timeouts, out.math_timeouts) == (1, 1, 0)
-        assert "'sleepy' failed on sample 1" in out.failed[0].message()
+        assert "'sleepy' failed on sample 1 (response 'hang', label '/" in out.failed[0].message()
         m = out.metrics()
         assert (m["grpo/rewards/failures"], m["grpo/rewards/timeouts"]) == (1, 1)
         # the hung worker is gone, with the child it started; a new one answers the next batch at once
@@ -157,8 +158,8 @@ def test_hang_without_fallback_is_an_error_naming_function_and_sample(reward_fil
     rc = RewardComputer(["plain_hang"], [1.0], custom_reward_file=spec, timeout=1.0)
     try:
         assert rc.placement["plain_hang"] == ("worker", {"spec": spec})
-        with pytest.raises(RewardError, match=r"'plain_hang' failed on sample 2: no result within "
-                                              r"verifier_timeout=1s.*reward_fallback"):
+        with pytest.raises(RewardError, match=r"'plain_hang' failed on sample 2 \(response 'hang', label ''\): no "
+                                              r"result within verifier_timeout=1s.*reward_fallback"):
             within(30, rc, ["a", "b", "hang", "c"], ["", "", "", ""])
         out, _ = within(30, rc, ["a", "b"], ["", ""])  # the run's next batch still works
         assert out.scores.tolist() == [0.75, 0.75]
@@ -222,7 +223,8 @@ TRUTHS = {"np32": 0.25, "npbool": 1.0, "int": 2.0, "bool": 0.0}
 def test_lying_reward_is_refused_by_default(reward_file, lie):
     rc = RewardComputer(["liar"], [1.0], custom_reward_file=reward_file)
     try:
-        with pytest.raises(RewardError, match=rf"reward function 'liar' failed on sample 1: returned "):
+        with pytest.raises(RewardError, match=rf"reward function 'liar' failed on sample 1 \(response '{lie}', "
+                                              rf"label ''\): returned "):
             rc(["int", lie, "int"], ["", "", ""])
     finally:
         rc.close()
@@ -245,7 +247,8 @@ def test_lying_reward_scores_the_fallback(reward_file):
 def test_raising_reward(reward_file):
     rc = RewardComputer(["raiser"], [1.0], custom_reward_file=reward_file)
     try:
-        with pytest.raises(RewardError, match=r"'raiser' failed on sample 1: raised ValueError\('boom x'\)"):
+        with pytest.raises(RewardError, match=r"'raiser' failed on sample 1 \(response 'boom', label 'x'\): raised "
+                                              r"ValueError\('boom x'\)"):
             rc(["fine", "boom"], ["", "x"])
     finally:
         rc.close()
@@ -295,10 +298,72 @@ def test_worker_that_cannot_load_is_a_clear_error(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# built-ins run inline: linear time on adversarial text, same verdicts as before
+# built-ins are contained like any reward: in reward workers, with the same verdicts as in the trainer
+
+
+BUILTIN_STYLE = textwrap.dedent(
+    r"""
+    import re
+    from mindrl.rewards.verifiers import register_reward
+
+    _BOXED = re.compile(r"\\boxed\{.*?\}")  # base_acc's regex as it was: quadratic on unclosed boxes
+
+    @register_reward("old_one_box", _builtin=True)
+    def old_one_box(response, label):
+        return 1.0 if len(_BOXED.findall(response)) == 1 else 0.0
+    """
+)
+UNCLOSED = "\\boxed{" * 40_000  # the regex above takes about a minute on it (first_boxes: microseconds)
+
+
+@pytest.fixture
+def builtin_style(tmp_path, monkeypatch):
+    """A verifier registered as a built-in (module-level in an importable module, as mindrl's own are) whose regex
+    backtracks for about a minute on ``UNCLOSED``; unregistered afterwards."""
+    from mindrl.rewards import verifiers
+    (tmp_path / "builtin_style_mod.py").write_text(BUILTIN_STYLE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import builtin_style_mod  # noqa: F401 - registers old_one_box
+    try:
+        yield "old_one_box"
+    finally:
+        verifiers.VERIFIERS.pop("old_one_box", None)
+        verifiers._BUILTIN.discard("old_one_box")
+        sys.modules.pop("builtin_style_mod", None)
+
+
+def test_hanging_builtin_is_abandoned_within_the_timeout_and_counted(builtin_style):
+    """A regex holds the GIL while it backtracks, so no thread of the process running it could time it out: the
+    built-ins run in reward workers, and a hung one is killed and replaced like a user's."""
+    rc = RewardComputer([builtin_style, "last_number"], [1.0, 1.0], timeout=1.0, fallback=-1.0)
+    try:
+        assert rc.placement[builtin_style] == ("worker", {"attr": "builtin_style_mod:old_one_box"})
+        rc.start()
+        first = rc.reward_pool.pids()
+        out, elapsed = within(30, rc, ["\\boxed{7}", UNCLOSED, "x 7"], ["7", "7", "7"])
+        assert elapsed < 6.0, elapsed  # 1 s timeout + starting one worker
+        np.testing.assert_array_equal(out.per_verifier[builtin_style], [1.0, -1.0, 0.0])
+        np.testing.assert_array_equal(out.per_verifier["last_number"], [1.0, 0.0, 1.0])
+        assert (out.failures, out.timeouts) == (1, 1)
+        assert out.failed[0].message().startswith(f"reward function {builtin_style!r} failed on sample 1 (response "
+                                                  f"'\\\\boxed{{")
+        assert "no result within verifier_timeout=1s; the call was abandoned" in out.failed[0].why
+        assert not any(alive(p) for p in first) and rc.reward_pool.replaced == 1
+        out, _ = within(30, rc, ["\\boxed{1}"] * 8, ["1"] * 8)  # the new worker scores the next batch
+        assert out.failures == 0 and out.per_verifier[builtin_style].tolist() == [1.0] * 8
+    finally:
+        rc.close()
+    rc = RewardComputer([builtin_style], [1.0], timeout=1.0)  # reward_fallback: null stops, naming it
+    try:
+        with pytest.raises(RewardError, match=rf"'{builtin_style}' failed on sample 2 \(response .*\.\.\., label ''\): no "
+                                              r"result within verifier_timeout=1s"):
+            within(30, rc, ["a", "b", UNCLOSED], ["", "", ""])
+    finally:
+        rc.close()
 
 
 def test_builtins_are_fast_on_adversarial_text():
+    """Each case was slow in the trainer at some commit; each is decided in well under the timeout now."""
     n = 100_000
     cases = [
         ("format", "<think>a</think><answer>" + "x" * n + "</answer>y", "", 0.0),  # was quadratic (backtracking)
@@ -306,16 +371,87 @@ def test_builtins_are_fast_on_adversarial_text():
         ("last_number", "1," * n + "9" * n, "9", 0.0),
         ("math_acc", "<answer>" * (n // 8) + "\\boxed{7}", "7", 1.0),  # was quadratic (lazy regex per start)
         ("math_acc", "\\boxed{" + "9" * n + "}", "0" + "9" * n, 1.0),  # int() refuses > 4300 digits
+        ("base_acc", UNCLOSED, "7", 0.0),  # was quadratic: about a minute (first_boxes)
+        ("step", "Step 1" * n + "\n-" * n, "", 1.0),
     ]
-    for name, text, label, want in cases:
-        rc = RewardComputer([name], [1.0])
-        assert rc.placement[name] == ("inline",)
-        t0 = time.perf_counter()
-        out = rc([text], [label])
-        assert time.perf_counter() - t0 < 1.0, name
-        assert out.failures == 0 and out.scores.tolist() == [want], (name, out.failed)
-        assert rc._pool is None or not rc._pool._workers  # decided without math-verify
+    computers = {name: RewardComputer([name], [1.0], timeout=5.0) for name in dict.fromkeys(c[0] for c in cases)}
+    try:
+        for rc in computers.values():
+            rc.reward_pool.start()  # not the math workers: these cases must not need them
+        for name, text, label, want in cases:
+            rc = computers[name]
+            assert rc.placement[name][0] == "worker"
+            t0 = time.perf_counter()
+            out = rc([text], [label])
+            assert time.perf_counter() - t0 < 1.0, name
+            assert out.failures == 0 and out.scores.tolist() == [want], (name, out.failed)
+            assert rc._pool is None or not rc._pool._workers  # decided without math-verify
+    finally:
+        for rc in computers.values():
+            rc.close()
+
+
+def _corpus(rng, n):
+    parts = ["<think>", "</think>", "<answer>", "</answer>", "\\boxed{", "}", "\\frac12", "0.5", "7", "-3", "1,234",
+             "x+1", "\n", " ", "Step 1:", "First,", "\n- ", "$", "10-5", ".5", "\\boxed{7}"]
+    texts = ["".join(rng.choice(parts) for _ in range(rng.randint(0, 14))) for _ in range(n)]
+    labels = [rng.choice(["7", "0.5", "\\frac12", "1234", "5", "-3", "x+1", ""]) for _ in range(n)]
+    return texts, labels
+
+
+def test_builtins_in_workers_score_what_they_score_in_the_trainer():
+    """Every built-in through the reward workers (two of them, so shares and order matter) against the same function
+    called here, float for float; math_acc and base_acc against their batch form in this process."""
+    from mindrl.rewards import MathVerifyPool
+    from mindrl.rewards.verifiers import base_acc_score_batch, math_score_batch
+    texts, labels = _corpus(random.Random(3), 300)
+    names = ["last_number", "format", "strict_format", "step", "math_acc", "base_acc"]
+    rc = RewardComputer(names, [1.0, 0.5, 0.25, 0.125, 2.0, 1.5], reward_workers=2)
+    pool = MathVerifyPool(timeout=5.0)
+    try:
+        out = rc(texts, labels)
+        want = {n: [get_verifier(n)(t, lab) for t, lab in zip(texts, labels)] for n in names[:4]}
+        want["math_acc"] = math_score_batch(texts, labels, pool=pool)
+        want["base_acc"] = base_acc_score_batch(texts, labels, pool=pool)
+        assert out.failures == 0 and out.math_timeouts == 0 and pool.timeouts == 0
+        for name in names:
+            assert out.per_verifier[name].tolist() == np.float32(want[name]).tolist(), name
+        total = sum(w * np.array(want[n], np.float64) for n, w in zip(names, rc.weights))
+        assert out.scores.tolist() == total.astype(np.float32).tolist()
+        assert 0 < sum(want["math_acc"]) < len(texts)  # the corpus has both verdicts
+    finally:
         rc.close()
+        pool.close()
+
+
+def test_a_batch_costs_one_reply_line(monkeypatch):
+    """Values come through shared memory (containment.Board): a batch sends one request and reads one line back (a
+    line per call cost 5.4 ms per 512 calls of last_number on 2 loaded cores, the calls themselves 0.7 ms)."""
+    from mindrl.rewards.workers import WorkerProcess
+    rc = RewardComputer(["last_number"], [1.0])
+    try:
+        rc.start()
+        sent, read = [], []
+        real_send, real_pop = WorkerProcess.send, WorkerProcess.pop_line
+        monkeypatch.setattr(WorkerProcess, "send", lambda w, msg: (sent.append(msg), real_send(w, msg))[1])
+        monkeypatch.setattr(WorkerProcess, "pop_line", lambda w: (lambda m: (read.append(m) if m else None, m)[1])(
+            real_pop(w)))
+        n = 3000  # beyond the board's first size: it grows
+        out = rc([f"{i}<end>" for i in range(n)], [str(i % 7) for i in range(n)])
+        assert out.scores.tolist() == [float(i == i % 7) for i in range(n)]
+        assert len(sent) == 1 and len(read) == 1 and read[0]["done"] == n, (len(sent), read[:3])
+    finally:
+        rc.close()
+
+
+def test_first_boxes_agrees_with_the_regex():
+    from mindrl.rewards.verifiers import first_boxes
+    boxed = re.compile(r"\\boxed\{.*?\}")
+    rng = random.Random(1)
+    parts = ["\\boxed{", "}", "\n", "a", "\\boxed", "{", "\\boxed{}", " "]
+    for _ in range(20_000):
+        text = "".join(rng.choice(parts) for _ in range(rng.randint(0, 12)))
+        assert first_boxes(text) == [m.start() for m in boxed.finditer(text)][:2], text
 
 
 def _regex_extract(response):

@@ -1,15 +1,19 @@
-"""Worker process for user reward functions (run as a script by ``containment.RewardPool``).
+"""Worker process for reward functions (run as a script by ``containment.RewardPool``).
 
 ``argv[1]`` is a JSON object: ``{"path": [...the trainer's sys.path...], "targets": {name: {"spec": ...} or
-{"attr": "module:qualname"}}}``; the worker loads each target the way the trainer did (``spec``: a
-``custom_reward_file`` entry, loaded with ``load_custom_reward_file``; ``attr``: an importable function), writes
-``{"ready": true}``, then answers one request per line on stdin, one reply per item:
+{"attr": "module:qualname", "pairs": bool}}, "board": fd}``; the worker loads each target the way the trainer did
+(``spec``: a ``custom_reward_file`` entry, loaded with ``load_custom_reward_file``; ``attr``: an importable
+function, e.g. a built-in verifier), attaches to the shared ``Board`` (``fd``, inherited), writes
+``{"ready": true}``, then answers one request per line on stdin:
 
-    -> {"id": 3, "name": "short_answer", "items": [["response", "label"], ...]}
-    <- {"id": 3, "i": 0, "v": 1.0}          (or {"id": 3, "i": 0, "err": "returned str '1.0', ..."})
+    -> {"id": 3, "name": "short_answer", "cap": 1024, "stop": false, "items": [["response", "label"], ...]}
+    <- {"id": 3, "i": 1, "err": "returned str '1.0', ..."}     (a line per failed call, flushed at once)
+    <- {"id": 3, "i": 2, "pair": [gold, pred]}                  (a ``pairs`` target's call handed to math-verify)
+    <- {"id": 3, "done": 3}                                     (after the last call)
 
-Replies are flushed item by item: the trainer times each call from the previous reply and kills this process
-(its whole process group) when one overruns. Anything the reward functions print goes to stderr.
+Before call ``i`` it writes the time to ``board.starts[i]``, after it the value to ``board.values[i]``: the trainer
+times each call from its start and kills this process (its whole process group) when one overruns. ``stop``: end
+the request at the first failure. Anything the reward functions print goes to stderr.
 """
 import json
 import os
@@ -34,9 +38,10 @@ def main():
     sys.stdout = sys.stderr
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     try:
-        from mindrl.rewards.containment import call_reward, load_targets
+        from mindrl.rewards.containment import Board, call_reward, load_targets
 
         fns = load_targets(init["targets"])
+        board = Board(init["board"])
     except BaseException as e:  # noqa: BLE001 - report instead of dying silently: the trainer shows this text
         out.write(json.dumps({"ready": False, "error": f"cannot load the reward functions: {e!r}"}) + "\n")
         out.flush()
@@ -45,12 +50,23 @@ def main():
     out.flush()
     for line in sys.stdin:
         req = json.loads(line)
-        rid, fn = req["id"], fns[req["name"]]
+        rid, (fn, pairs), stop = req["id"], fns[req["name"]], req.get("stop")
+        if board.cap != req["cap"]:
+            board.attach(req["cap"])
+        starts, values = board.starts, board.values
         for i, (response, label) in enumerate(req["items"]):
-            value, why = call_reward(fn, response, label)
-            reply = {"id": rid, "i": i, "v": value} if why is None else {"id": rid, "i": i, "err": why}
-            out.write(json.dumps(reply) + "\n")
+            starts[i] = time.monotonic_ns()
+            value, why = call_reward(fn, response, label, pairs)
+            if why is None and not isinstance(value, tuple):
+                values[i] = value
+                continue
+            out.write(json.dumps({"id": rid, "i": i, "err": why} if why else {"id": rid, "i": i, "pair": value})
+                      + "\n")
             out.flush()
+            if why and stop:
+                break
+        out.write(json.dumps({"id": rid, "done": len(req["items"])}) + "\n")
+        out.flush()
     return 0
 
 

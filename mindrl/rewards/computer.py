@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .containment import Failure, RewardPool, ThreadCaller, importable_path, reward_value, score_inline
-from .verifiers import VERIFIERS, get_verifier, is_builtin, register_reward, unknown_verifier_message
+from .containment import Failure, RewardPool, ThreadCaller, importable_path
+from .verifiers import VERIFIERS, get_verifier, is_builtin, register_reward, unknown_verifier_message, verify_prepared
 from .workers import WorkerStartError
 
 log = logging.getLogger("mindrl.rewards")
@@ -130,12 +130,13 @@ class RewardComputer:
 
     Names are validated here, at construction, so a typo fails before the first rollout.
 
-    Containment (``containment.py`` says where each function runs, and why): every call has ``timeout``
-    seconds, and every value must be a finite real number. A call that raises, overruns or returns anything
-    else scores ``fallback``; with ``fallback=None`` the batch stops with a ``RewardError`` naming the
-    function, the sample and what went wrong. Math verification runs in a private ``MathVerifyPool``
-    (``math_workers`` processes; a check cut by the timeout scores 0), user functions in a private
-    ``RewardPool`` (``reward_workers`` processes); both start on first use or by ``start()``.
+    Containment (``containment.py`` says where each function runs, and why): every call, built-in or user's,
+    has ``timeout`` seconds, and every value must be a finite real number. A call that raises, overruns or returns
+    anything else scores ``fallback``; with ``fallback=None`` the batch stops with a ``RewardError`` naming the
+    function, the sample and what went wrong. The calls run in a private ``RewardPool`` (``reward_workers``
+    processes), math-verify's checks for ``math_acc`` and ``base_acc`` in a private ``MathVerifyPool``
+    (``math_workers`` processes; a check cut by the timeout scores 0); both start on first use or by ``start()``
+    (``spawn()``: without waiting).
     """
 
     def __init__(self, verifier_function, verifier_weight, custom_reward_file=None, timeout=5.0, fallback=None,
@@ -168,15 +169,19 @@ class RewardComputer:
         self.math_workers = int(math_workers)
         self.placement = {n: self._place(n, fn) for n, fn in zip(names, self.fns)}
         targets = {n: p[1] for n, p in self.placement.items() if p[0] == "worker"}
+        self._math = any(t.get("pairs") for t in targets.values())  # math_acc or base_acc: math-verify checks
         self._pool = None
         self._rewards = RewardPool(targets, timeout=self.timeout, num_workers=reward_workers) if targets else None
         self._threads = ThreadCaller(self.timeout)
 
     @staticmethod
     def _place(name, fn):
-        """``("inline",)``, ``("worker", target)`` or ``("thread",)``: see containment.py."""
-        if is_builtin(name):
-            return ("inline",)
+        """``("worker", target)`` or ``("thread",)``: see containment.py."""
+        if is_builtin(name):  # module-level functions of mindrl.rewards.verifiers: always importable
+            prepare = getattr(fn, "prepare", None)
+            attr = importable_path(prepare or fn)
+            if attr:
+                return ("worker", {"attr": attr, "pairs": True} if prepare else {"attr": attr})
         source = _SOURCES.get(name)
         if source is not None and source[1] is fn:
             return ("worker", {"spec": source[0]})
@@ -193,15 +198,20 @@ class RewardComputer:
 
     @property
     def reward_pool(self):
-        """The ``RewardPool`` running user functions (None when every verifier runs inline or in a thread)."""
+        """The ``RewardPool`` running the reward calls (None when every verifier runs in a thread)."""
         return self._rewards
 
     def start(self):
-        """Start the worker processes now (math workers if a verifier needs them; reward workers)."""
-        if any(getattr(fn, "uses_math_pool", False) for fn in self.fns):
-            self.pool.start()
+        """Start the worker processes now (reward workers; math workers if a verifier needs them)."""
         if self._rewards is not None:
             self._start_rewards()
+        if self._math:
+            self.pool.start()
+
+    def spawn(self):
+        """Start the reward workers without waiting: they load (about 0.2 s) while the trainer builds."""
+        if self._rewards is not None:
+            self._rewards.spawn()
 
     def _start_rewards(self):
         try:
@@ -218,29 +228,13 @@ class RewardComputer:
 
     def _score(self, name, fn, responses, labels, stop):
         """``[float | Failure]`` of one verifier on the batch."""
-        where = self.placement[name][0]
-        if where == "worker":
-            self._start_rewards()
-            return self._rewards.score(name, responses, labels, stop=stop)
-        if where == "thread":
+        if self.placement[name][0] == "thread":
             return self._threads.score(name, fn, responses, labels, stop=stop)
-        if not getattr(fn, "score_batch", None):
-            return score_inline(name, fn, responses, labels, stop=stop)
-        try:  # a built-in scoring the whole batch (math_acc: its math-verify pool has the timeout)
-            options = {"pool": self.pool} if getattr(fn, "uses_math_pool", False) else {}
-            vals = list(fn.score_batch(responses, labels, **options))
-        except WorkerStartError:  # math-verify missing or broken: a setup error, not the samples' failure
-            raise
-        except Exception as e:  # noqa: BLE001 - no sample to blame: all of them failed
-            return [Failure(name, i, f"raised {e!r} while scoring the batch") for i in range(len(responses))]
-        if len(vals) != len(responses):
-            return [Failure(name, i, f"scored {len(vals)} samples of {len(responses)}") for i in
-                    range(len(responses))]
-        out = []
-        for i, v in enumerate(vals):
-            value, why = reward_value(v)
-            out.append(value if why is None else Failure(name, i, why))
-        return out
+        self._start_rewards()
+        got = self._rewards.score(name, responses, labels, stop=stop)
+        if self.placement[name][1].get("pairs") and not (stop and any(isinstance(x, Failure) for x in got)):
+            got = verify_prepared(got, self.pool)  # the answers math-verify decides (its pool has the timeout)
+        return got
 
     def __call__(self, responses, labels):
         responses, labels = list(responses), [str(x) for x in labels]
@@ -253,6 +247,8 @@ class RewardComputer:
         for name, w, fn in zip(self.names, self.weights, self.fns):
             got = self._score(name, fn, responses, labels, stop)
             bad = [x for x in got if isinstance(x, Failure)]
+            for f in bad[:8]:  # the ones a message shows
+                f.response, f.label = responses[f.index], labels[f.index]
             if bad and stop:
                 raise RewardError(f"{bad[0].message()}. Set rl_config.reward_fallback to a number to score failed "
                                   f"samples with it and go on")
@@ -286,5 +282,7 @@ def build_reward_computer(rl, reward_funcs=None) -> RewardComputer:
     ``register_reward(name)(f)``)."""
     for fn in reward_funcs or ():
         register_reward(getattr(fn, "__name__", None) or repr(fn))(fn)
-    return RewardComputer(rl.verifier_function, rl.verifier_weight, rl.custom_reward_file,
-                          timeout=rl.verifier_timeout, fallback=rl.reward_fallback)
+    rc = RewardComputer(rl.verifier_function, rl.verifier_weight, rl.custom_reward_file,
+                        timeout=rl.verifier_timeout, fallback=rl.reward_fallback)
+    rc.spawn()  # the workers load while the models build, so the first step does not wait for them
+    return rc

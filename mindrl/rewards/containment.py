@@ -2,14 +2,12 @@
 
 Where a reward function runs (``placement``):
 
-- ``inline``: the built-in verifiers, in the calling process. They are linear-time string scans of the response
-  and label with no I/O and no user code, so they cannot hang (``tests/test_reward_containment.py`` feeds them
-  100k-character adversarial texts); math-verify, the one built-in part that can run away, already runs in the
-  timed ``MathVerifyPool``. Running them inline keeps the common path free of any inter-process cost.
-- ``worker``: every other function that a fresh interpreter can load by name, i.e. those of a
-  ``custom_reward_file`` and module-level functions of importable modules. They run in ``RewardPool``'s
+- ``worker``: every function that a fresh interpreter can load by name: the built-in verifiers, the functions of
+  a ``custom_reward_file`` and module-level functions of importable modules. They run in ``RewardPool``'s
   subprocess workers; a call that overruns ``timeout`` is abandoned by killing the worker (with its process
-  group), which is replaced, and the batch carries on. Only this stops a call stuck in C code or in a sleep.
+  group), which is replaced, and the batch carries on. Only this stops a call stuck in C code: a regex
+  backtracking on a model's output (``re`` holds the GIL while it matches) would stop every thread of the
+  process it runs in, the one meant to time it included.
 - ``thread``: callables a fresh interpreter cannot load (lambdas, closures, functions defined in ``__main__``).
   They run in a daemon thread of the calling process, one call at a time; a call that overruns is abandoned
   and the next ones go to a new thread. Python cannot kill a thread, so the abandoned call keeps running in
@@ -18,17 +16,19 @@ Where a reward function runs (``placement``):
 
 Every value is checked by ``reward_value``: a finite real number (bool, int, float or a numpy scalar). A call
 that raises, overruns or returns anything else is a ``Failure``; ``RewardComputer`` turns failures into
-``reward_fallback`` or an error.
+``reward_fallback`` or an error. A built-in with a ``prepare`` stage (``math_acc``, ``base_acc``) may also answer
+a ``(gold, pred)`` pair, which ``RewardComputer`` checks with math-verify (``verifiers.py``).
 """
-import collections
 import importlib
 import importlib.util
 import json
 import math
+import mmap
 import numbers
 import os
 import select
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -47,6 +47,8 @@ _WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rewa
 
 def reward_value(v):
     """``(float(v), None)`` for a finite real number, else ``(None, why)``."""
+    if type(v) is float and math.isfinite(v):  # the common case, without the ABC check below
+        return v, None
     if isinstance(v, (numbers.Real, np.bool_)):  # numpy registers its number scalars as numbers.Real
         try:
             x = float(v)
@@ -64,12 +66,16 @@ def _short(v, limit=60):
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def call_reward(fn, response, label):
-    """``fn(response, label)`` checked: ``(value, None)`` or ``(None, why)``; never raises."""
+def call_reward(fn, response, label, pairs=False):
+    """``fn(response, label)`` checked: ``(value, None)`` or ``(None, why)``; never raises. ``pairs``: a built-in's
+    ``prepare`` stage, which may also answer a ``(gold, pred)`` pair for math-verify (returned as the value)."""
     try:
-        return reward_value(fn(response, label))
+        v = fn(response, label)
     except (Exception, SystemExit) as e:  # noqa: BLE001 - a failing reward is data, not a crash
         return None, f"raised {_short(e, 300)}"
+    if pairs and isinstance(v, tuple) and len(v) == 2:
+        return v, None
+    return reward_value(v)
 
 
 @dataclass
@@ -80,9 +86,13 @@ class Failure:
     index: int
     why: str
     timeout: bool = False
+    response: str | None = None  # the sample, when the caller filled it in: shown in the message
+    label: str | None = None
 
     def message(self):
-        return f"reward function {self.name!r} failed on sample {self.index}: {self.why}"
+        sample = f" (response {_short(self.response)}, label {_short(self.label)})" if self.response is not None \
+            else ""
+        return f"reward function {self.name!r} failed on sample {self.index}{sample}: {self.why}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +120,8 @@ def importable_path(fn):
 
 
 def load_targets(targets):
-    """The functions of a worker's ``targets`` (``{name: {"spec": ...} | {"attr": "module:qualname"}}``)."""
+    """``{name: (function, pairs)}`` for a worker's ``targets`` (``{name: {"spec": ...} | {"attr": "module:qualname",
+    "pairs": bool}}``)."""
     from .computer import load_custom_reward_file
     from .verifiers import VERIFIERS
 
@@ -119,28 +130,18 @@ def load_targets(targets):
     fns = {}
     for name, t in targets.items():
         if "spec" in t:
-            fns[name] = VERIFIERS[name]
+            fns[name] = (VERIFIERS[name], False)
         else:
             module, _, qual = t["attr"].partition(":")
             obj = importlib.import_module(module)
             for part in qual.split("."):
                 obj = getattr(obj, part)
-            fns[name] = obj
+            fns[name] = (obj, bool(t.get("pairs")))
     return fns
 
 
 # ---------------------------------------------------------------------------------------------
-# the three ways to run a batch of calls; each returns [float | Failure] in sample order
-
-
-def score_inline(name, fn, responses, labels, stop=False):
-    out = []
-    for i, (r, lab) in enumerate(zip(responses, labels)):
-        value, why = call_reward(fn, r, lab)
-        out.append(value if why is None else Failure(name, i, why))
-        if stop and why is not None:
-            break
-    return out + [None] * (len(responses) - len(out))
+# the two ways to run a batch of calls; each returns [float | Failure] in sample order (and pairs, see above)
 
 
 def _timeout_failure(name, index, timeout, what):
@@ -210,23 +211,91 @@ class ThreadCaller:
         return out
 
 
-class _Lane:
-    """A contiguous share of a batch going through one worker slot."""
+def _shared_file():
+    """A file descriptor for memory shared with worker processes (inherited through ``pass_fds``)."""
+    try:
+        return os.memfd_create("mindrl-reward-board")
+    except (AttributeError, OSError):  # no memfd (not Linux): an unlinked temporary file maps the same way
+        with tempfile.TemporaryFile() as fh:
+            return os.dup(fh.fileno())
 
-    def __init__(self, slot, indices):
-        self.slot, self.todo = slot, collections.deque(indices)
-        self.rid, self.deadline = None, None
+
+class Board:
+    """What a worker tells the trainer through shared memory, so that it writes no line per call: ``starts[j]``,
+    when it began call ``j`` of its current request (``time.monotonic_ns()``: CLOCK_MONOTONIC, the same clock in
+    every process; 0 before), and ``values[j]``, that call's checked value (NaN until then, and for a call whose
+    result is a line on the pipe: a failure or a math pair). A worker killed in the middle of a batch leaves every
+    value it computed, and the board says which call was running and since when.
+
+    The trainer creates it (``Board()``) and grows it (``grow``); a worker attaches to the same file
+    (``Board(fd)``) and maps the size each request names (``attach``).
+    """
+
+    def __init__(self, fd=None):
+        self.owner = fd is None
+        self.fd = _shared_file() if fd is None else fd
+        self.cap, self.mm, self.starts, self.values = 0, None, None, None
+        if self.owner:
+            self.grow(1024)
+
+    def attach(self, cap):
+        """Map ``cap`` calls' worth of the file (after the trainer grew it)."""
+        self.starts = self.values = None  # numpy views must go before their mmap can close
+        if self.mm is not None:
+            self.mm.close()
+        self.mm = mmap.mmap(self.fd, 16 * cap)
+        self.starts = np.frombuffer(self.mm, np.int64, cap, 0)
+        self.values = np.frombuffer(self.mm, np.float64, cap, 8 * cap)
+        self.cap = cap
+
+    def grow(self, n):
+        if n > self.cap:
+            cap = max(1024, 1 << (n - 1).bit_length())
+            os.ftruncate(self.fd, 16 * cap)
+            self.attach(cap)
+
+    def clear(self, m):
+        self.starts[:m] = 0
+        self.values[:m] = np.nan
+
+    def close(self):
+        self.starts = self.values = None
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None
+        if self.owner and self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class _Lane:
+    """One request: a contiguous share of a batch sent to one worker slot. ``items``: the samples' indices in the
+    batch, in the order of the request's calls; ``pos``: the first call without a recorded result."""
+
+    def __init__(self, slot, items):
+        self.slot, self.items = slot, list(items)
+        self.rid, self.sent, self.pos, self.finished = None, 0, 0, False
+        self.lines = {}  # call -> result that came as a line (a failure, a pair)
+        self.waiting = (0, 0)  # (call, since when the trainer has seen it next without a start on the board)
+
+
+def _close_all(workers, boards):
+    kill_all(workers)
+    for b in boards:
+        b.close()
 
 
 class RewardPool:
-    """Persistent subprocess workers that run user reward functions with at most ``timeout`` s per call.
+    """Persistent subprocess workers that run reward functions with at most ``timeout`` s per call.
 
     ``targets`` maps each name to how a worker loads it (``{"spec": custom_reward_file entry}`` or
-    ``{"attr": "module:qualname"}``). ``score`` splits a batch into one contiguous share per worker and sends
-    each share as one request; the worker answers call by call, so a call's clock starts at the previous
-    answer. A call that overruns is a timeout ``Failure``: its worker (and that worker's process group) is
-    killed, a new one starts, and the rest of the share goes to it. A worker that dies mid-call (a crash,
-    ``os._exit``) fails that call the same way. Workers start on first use (or ``start()``) and live until
+    ``{"attr": "module:qualname", "pairs": bool}``). ``score`` splits a batch into one contiguous share per worker
+    and sends each share as one request. The worker writes each call's start and value to a shared ``Board`` and
+    one line when the request is done (plus a line per failure or pair), so a batch costs two pipe messages, not
+    two per call. The trainer sleeps until the running call's deadline (its start + ``timeout``): a call that
+    overruns is a timeout ``Failure``: its worker (and that worker's process group) is killed, a new one starts,
+    and the rest of the share goes to it. A worker that dies mid-call (a crash, ``os._exit``) fails that call the
+    same way. Workers start on first use (or ``start()``; ``spawn()`` starts them without waiting) and live until
     ``close()``, garbage collection or interpreter exit.
     """
 
@@ -239,14 +308,24 @@ class RewardPool:
         self.startup_timeout = float(startup_timeout)
         self.replaced = 0  # workers killed after a timeout or found dead
         self._workers = [None] * self.num_workers
+        self._boards = [Board() for _ in range(self.num_workers)]
         self._next_id = 0
         self._lock = threading.Lock()
         self._closed = False
-        weakref.finalize(self, kill_all, self._workers)  # kill the workers on garbage collection or at exit
+        # kill the workers and free the boards on garbage collection or at exit
+        weakref.finalize(self, _close_all, self._workers, self._boards)
 
     def pids(self):
         """Process ids of the live workers (for tests and diagnostics)."""
         return [w.pid for w in self._workers if w is not None]
+
+    def spawn(self):
+        """Start the workers without waiting for them to be ready (they load while the trainer builds)."""
+        with self._lock:
+            self._closed = False
+            for slot in range(self.num_workers):
+                if self._workers[slot] is None:
+                    self._workers[slot] = self._new_worker(slot, wait=False)
 
     def start(self):
         with self._lock:
@@ -263,14 +342,24 @@ class RewardPool:
                 w.kill()
                 self._workers[slot] = None
 
+    def _new_worker(self, slot, wait=True):
+        init = {"path": list(sys.path), "targets": self.targets, "board": self._boards[slot].fd}
+        return WorkerProcess([_WORKER_SCRIPT, json.dumps(init)], self.startup_timeout, "reward worker",
+                             stderr=None, own_group=True, pass_fds=(self._boards[slot].fd,), wait=wait)
+
     def _worker(self, slot):
-        if self._workers[slot] is None:
+        w = self._workers[slot]
+        if w is None:
             if self._closed:
                 raise WorkerStartError("reward worker pool was closed while scoring")
-            init = {"path": list(sys.path), "targets": self.targets}
-            self._workers[slot] = WorkerProcess([_WORKER_SCRIPT, json.dumps(init)], self.startup_timeout,
-                                                "reward worker", stderr=None, own_group=True)
-        return self._workers[slot]
+            w = self._workers[slot] = self._new_worker(slot)
+        elif not w.ready:
+            try:
+                w.wait_ready()
+            except WorkerStartError:
+                self._workers[slot] = None
+                raise
+        return w
 
     def _drop(self, slot):
         w = self._workers[slot]
@@ -280,22 +369,28 @@ class RewardPool:
             self.replaced += 1
 
     def score(self, name, responses, labels, stop=False):
-        """``[float | Failure]`` for ``name`` on every sample; ``stop``: return at the first failure."""
+        """``[float | Failure]`` for ``name`` on every sample (``(gold, pred)`` pairs for a ``pairs`` target);
+        ``stop``: return at the first failure."""
         with self._lock:
             self._closed = False
             return self._score(name, list(responses), list(labels), stop)
 
-    def _send(self, lane, name, responses, labels):
-        """Send the lane's remaining samples as one request (starting a worker if the slot is empty)."""
+    def _send(self, lane, name, responses, labels, stop):
+        """Send the lane's calls as one request (starting a worker if the slot is empty)."""
+        board, m = self._boards[lane.slot], len(lane.items)
+        board.grow(m)
+        board.clear(m)
         self._next_id += 1
         lane.rid = self._next_id
-        msg = {"id": lane.rid, "name": name, "items": [[responses[i], labels[i]] for i in lane.todo]}
+        msg = {"id": lane.rid, "name": name, "cap": board.cap, "stop": stop,
+               "items": [[responses[i], labels[i]] for i in lane.items]}
         try:
             self._worker(lane.slot).send(msg)
         except OSError:  # it died while idle: start another and send again
             self._drop(lane.slot)
             self._worker(lane.slot).send(msg)
-        lane.deadline = time.monotonic() + self.timeout
+        lane.sent = time.monotonic_ns()
+        lane.waiting = (0, lane.sent)
 
     def _score(self, name, responses, labels, stop):
         n = len(responses)
@@ -303,58 +398,122 @@ class RewardPool:
         shares = np.array_split(np.arange(n), min(self.num_workers, n)) if n else []
         lanes = [_Lane(slot, idx.tolist()) for slot, idx in enumerate(shares)]
         for lane in lanes:
-            self._send(lane, name, responses, labels)
+            self._send(lane, name, responses, labels, stop)
+        limit = int(self.timeout * 1e9)
+        failed = []
+
+        def advance(lane):
+            """Record the results the board and the lines hold, from ``lane.pos`` on."""
+            board, m, first = self._boards[lane.slot], len(lane.items), lane.pos
+            starts, values = board.starts[first:m].tolist(), board.values[first:m].tolist()
+            for j in range(first, m):
+                if j in lane.lines:
+                    got = lane.lines.pop(j)
+                elif starts[j - first] and not math.isnan(values[j - first]):
+                    got = values[j - first]
+                else:
+                    return
+                out[lane.items[j]] = got
+                if isinstance(got, Failure):
+                    failed.append(got)
+                lane.pos = j + 1
+
+        def read(lane, block=True):
+            """Take the lines the worker wrote; False when it has exited."""
+            w = self._workers[lane.slot]
+            alive = True
+            while True:
+                if not block and not select.select([w.fd], [], [], 0)[0]:
+                    break
+                alive = w.fill()
+                block = False
+                if not alive:
+                    break
+            msg = w.pop_line()
+            while msg is not None:
+                if msg.get("id") == lane.rid:
+                    if "done" in msg:
+                        lane.finished = True
+                    elif "err" in msg:
+                        lane.lines[msg["i"]] = Failure(name, lane.items[msg["i"]], msg["err"])
+                        lane.finished = lane.finished or stop  # the worker stopped there by itself: keep it
+                    else:
+                        lane.lines[msg["i"]] = tuple(msg["pair"])
+                msg = w.pop_line()
+            return alive
+
+        def deadline(lane):
+            """When the lane's running call overruns: its start on the board + timeout (a call not started yet:
+            from when the trainer first saw it next)."""
+            board, j = self._boards[lane.slot], lane.pos
+            start = int(board.starts[j]) if j < len(lane.items) else 0  # past the end: the done line is due
+            if not start:
+                if lane.waiting[0] != j:
+                    lane.waiting = (j, time.monotonic_ns())
+                start = lane.waiting[1]
+            return start + limit
+
+        def lost(lane, why, timeout):
+            """The lane's worker is gone (killed on a timeout, or dead): fail the running call and send the rest
+            of the share to a new worker."""
+            j = lane.pos
+            failure = _timeout_failure(name, lane.items[j], self.timeout, why) if timeout else \
+                Failure(name, lane.items[j], why)
+            out[lane.items[j]] = failure
+            failed.append(failure)
+            self._drop(lane.slot)
+            rest = lane.items[j + 1:]
+            lane.items, lane.pos, lane.lines, lane.finished = rest, 0, {}, not rest or stop
+            if rest and not stop:
+                self._send(lane, name, responses, labels, stop)
 
         def halt():
             """Stop at the first failure: busy workers would go on with their shares, so they are dropped."""
             for lane in lanes:
-                if lane.todo:
+                if not lane.finished:
                     self._drop(lane.slot)
+                    lane.finished = True
             return out
 
-        def lost(lane, failure):
-            """The lane's worker is gone (killed on a timeout, or dead): fail the current sample and send the
-            rest of the share to a new worker; True when scoring stops here."""
-            out[lane.todo.popleft()] = failure
-            self._drop(lane.slot)
-            if stop:
-                return True
-            if lane.todo:
-                t0 = time.monotonic()
-                self._send(lane, name, responses, labels)  # starting a worker takes a while: others keep their time
-                for other in lanes:
-                    if other is not lane and other.todo:
-                        other.deadline += time.monotonic() - t0
-            return False
-
         while True:
-            busy = [lane for lane in lanes if lane.todo]
+            busy = [lane for lane in lanes if not lane.finished]
             if not busy:
-                return out
-            wait = max(0.0, min(lane.deadline for lane in busy) - time.monotonic())
-            ready = select.select([self._workers[lane.slot].fd for lane in busy], [], [], wait)[0]
+                break
+            now = time.monotonic_ns()
+            wait = max(0, min(deadline(lane) for lane in busy) - now) / 1e9
+            try:
+                ready = select.select([self._workers[lane.slot].fd for lane in busy], [], [], wait)[0]
+            except (AttributeError, OSError, ValueError):  # close() from another thread took the workers
+                if self._closed:
+                    raise WorkerStartError("reward worker pool was closed while scoring") from None
+                raise
             for lane in busy:
                 w = self._workers[lane.slot]
-                if w.fd not in ready:
-                    continue
-                alive = w.fill()
-                msg = w.pop_line()
-                while msg is not None and lane.todo:
-                    if msg.get("id") == lane.rid:
-                        i = lane.todo.popleft()
-                        out[i] = msg["v"] if "err" not in msg else Failure(name, i, msg["err"])
-                        lane.deadline = time.monotonic() + self.timeout
-                        if stop and "err" in msg:
-                            return halt()
-                    msg = w.pop_line()
-                if not alive and lane.todo:
-                    w.kill()
-                    why = f"the worker process {w.exit_text()} during the call; a new one was started"
-                    if lost(lane, Failure(name, lane.todo[0], why)):
+                if w.fd in ready:
+                    alive = read(lane)
+                    advance(lane)
+                    if lane.finished:
+                        while lane.pos < len(lane.items) and not (stop and failed):  # defensive: no result
+                            lane.lines[lane.pos] = Failure(name, lane.items[lane.pos], "the worker gave no result")
+                            advance(lane)
+                    elif not alive:
+                        w.kill()
+                        lost(lane, f"the worker process {w.exit_text()} during the call; a new one was started",
+                             False)
+                    if stop and failed:
                         return halt()
-            now = time.monotonic()
+            now = time.monotonic_ns()
             for lane in lanes:
-                if lane.todo and now >= lane.deadline:
-                    if lost(lane, _timeout_failure(name, lane.todo[0], self.timeout,
-                                                   "its worker process was killed and replaced")):
+                if not lane.finished and now >= deadline(lane):
+                    read(lane, block=False)  # lines it wrote before it hung
+                    advance(lane)
+                    if lane.finished or now < deadline(lane):
+                        continue
+                    if lane.pos == len(lane.items):  # every call answered, but no done line: do not wait on it
+                        self._drop(lane.slot)
+                        lane.finished = True
+                        continue
+                    lost(lane, "its worker process was killed and replaced", True)
+                    if stop:
                         return halt()
+        return out

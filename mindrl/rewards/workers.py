@@ -29,7 +29,8 @@ class WorkerProcess:
     processes a user's reward function started die with it. ``what`` names the worker in errors.
     """
 
-    def __init__(self, argv, startup_timeout, what, env=None, stderr=subprocess.DEVNULL, own_group=False):
+    def __init__(self, argv, startup_timeout, what, env=None, stderr=subprocess.DEVNULL, own_group=False,
+                 pass_fds=(), wait=True):
         full_env = dict(os.environ, **(env or {}))
         full_env.setdefault("OMP_NUM_THREADS", "1")
         self.own_group = own_group
@@ -40,15 +41,26 @@ class WorkerProcess:
             stderr=stderr,
             env=full_env,
             close_fds=True,
+            pass_fds=pass_fds,
             start_new_session=own_group,
         )
         self.fd = self.proc.stdout.fileno()
         self.buf = b""
-        hello = self.read_line(time.monotonic() + startup_timeout)
+        self.what, self.deadline, self.ready = what, time.monotonic() + startup_timeout, False
+        self.startup_timeout = startup_timeout
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self):
+        """Wait for the ready line (``wait=False`` left it for later: the worker loads meanwhile)."""
+        if self.ready:
+            return
+        hello = self.read_line(self.deadline)
         if hello is None or not hello.get("ready"):
-            why = hello.get("error") if hello else f"no answer within {startup_timeout:.0f}s"
+            why = hello.get("error") if hello else f"no answer within {self.startup_timeout:.0f}s"
             self.kill()
-            raise WorkerStartError(f"{what} did not start: {why}")
+            raise WorkerStartError(f"{self.what} did not start: {why}")
+        self.ready = True
 
     @property
     def pid(self):
@@ -76,8 +88,8 @@ class WorkerProcess:
             msg = self.pop_line()
             if msg is not None:
                 return msg
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0] or not self.fill():
+            left = max(0.0, deadline - time.monotonic())  # past the deadline: still take what is there
+            if not select.select([self.fd], [], [], left)[0] or not self.fill():
                 return None
 
     def exit_text(self):
