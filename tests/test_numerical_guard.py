@@ -2,6 +2,7 @@
 says which quantity went bad, the run stops after rl_config.max_bad_steps such steps in a row, and nothing
 non-finite is ever written into a checkpoint."""
 import os
+import re
 import sys
 
 import numpy as np
@@ -86,6 +87,24 @@ def test_nan_from_a_reward_function_stops_the_step_naming_it(workdir):
         t.train_step()
     after = t.policy.state_dict()
     assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_cli_reward_failure_is_one_line_and_exit_1(workdir):
+    """Through `mindrl train`: a reward function's failure with the default reward_fallback (null) is a runtime
+    failure: exit status 1 and one line naming the function and the sample, no traceback."""
+    import subprocess
+    from conftest import as_overrides, tiny_run_settings
+    settings = tiny_run_settings(workdir, workdir / "cli_reward" / "logs", **{
+        "rl_config.custom_reward_file": str(workdir / "nan_reward.py"), "rl_config.verifier_function": "[nan_after]",
+        "rl_config.verifier_weight": "[1.0]"})
+    res = subprocess.run([sys.executable, "-m", "mindrl.cli", "train", "--config", CONFIG] + as_overrides(settings),
+                         cwd=ROOT, env=dict(os.environ, GLOG_v="3"), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"mindrl train: error: reward function 'nan_after' failed on sample \d+ \(response '.*', "
+                        r"label '\d+'\): returned nan, not a finite number\. Set rl_config\.reward_fallback to a "
+                        r"number to score failed samples with it and go on", last), last
 
 
 def test_non_finite_score_skips_the_step_and_fit_stops(workdir):

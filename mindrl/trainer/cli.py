@@ -62,8 +62,9 @@ def train_main(argv) -> int:
     _setup_logging()
     if cfg.runtime.only_save_strategy:
         return _export_strategy(cfg)
+    from mindrl.rewards import RewardError
     from mindrl.trainer.checkpointer import SaveFailed
-    from mindrl.trainer.loop import RLTrainer, TrainingDiverged
+    from mindrl.trainer.loop import TrainingDiverged
     trainer = _build(cfg)
     if trainer is None:
         return 2
@@ -72,7 +73,7 @@ def train_main(argv) -> int:
     except TrainingDiverged as err:
         print(f"mindrl train: error: {err}", file=sys.stderr)
         return 3
-    except SaveFailed as err:
+    except (SaveFailed, RewardError) as err:  # RewardError: a reward call failed and reward_fallback is null
         print(f"mindrl train: error: {err}", file=sys.stderr)
         return 1
     before, after = summary.get("eval_before"), summary.get("eval_after")
@@ -101,7 +102,12 @@ def evaluate_main(argv) -> int:
         n = len(trainer.evaluate.data()[0])
         print(f"evaluating {n} held-out prompts from {cfg.eval.path} with {cfg.actor_config.load} (greedy; the "
               f"first batch compiles the rollout graphs)", file=sys.stderr, flush=True)
-    result = trainer.evaluate(dump=args.dump)
+    from mindrl.rewards import RewardError
+    try:
+        result = trainer.evaluate(dump=args.dump)
+    except RewardError as err:
+        print(f"mindrl evaluate: error: {err}", file=sys.stderr)
+        return 1
     if trainer.run.topo.is_main:
         print(json.dumps(result, indent=2))
         if args.dump:
