@@ -119,6 +119,25 @@ def test_the_offered_checkpoint_resumes(workdir, saved, tmp_path):
     assert np.isfinite(t.train_step()["actor/pg_loss"])
 
 
+def test_a_damaged_reference_model_is_named_before_anything_runs(workdir, saved, tmp_path):
+    """The reference model's weights (ref.ref_model_load_path, read when kl_coef > 0) are checked against their
+    checkpoint's manifest like the policy's: a flipped byte is named before anything is built; the intact copy
+    passes the same check."""
+    from mindrl.config import ConfigError
+    from mindrl.trainer.preflight import preflight
+    ref = tmp_path / "ref"
+    shutil.copytree(saved / "iter_0000001", ref)
+    over = {"rl_config.kl_coef": 0.01, "ref.ref_model_load_path": str(ref)}
+    preflight(load(settings(workdir, "x", **over)))
+    flip_byte(ref / "policy" / "model.safetensors")
+    with pytest.raises(ConfigError) as err:
+        preflight(load(settings(workdir, "x", **over)))
+    assert len(err.value.errors) == 1, err.value.errors
+    line = err.value.errors[0]
+    assert line.startswith(f"<config>: ref.ref_model_load_path: {ref}") and "policy/model.safetensors" in line and \
+        "checksum differs" in line, line
+
+
 def test_an_unreadable_trainer_state_is_named(workdir, saved, tmp_path):
     from mindrl.io import write_manifest
     from mindrl.models.safetensors_io import CheckpointError
@@ -265,7 +284,8 @@ def _namespaces_work():
         return False
 
 
-needs_mounts = pytest.mark.skipif(not _namespaces_work(),
+NAMESPACES = _namespaces_work()
+needs_mounts = pytest.mark.skipif(not NAMESPACES,
                                   reason="needs `unshare -rm` (a private mount namespace) to mount a small tmpfs")
 
 
@@ -283,19 +303,45 @@ def checkpoint_bytes_on_tmpfs(checkpoint):
                for d, _, names in os.walk(checkpoint) for f in names)
 
 
-@needs_mounts
-@pytest.mark.parametrize("case", ["read-only", "too small"])
+def writes_through_mode_bits(directory):
+    """True when this process can create a file in ``directory`` despite its mode (root, CAP_DAC_OVERRIDE)."""
+    import tempfile
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("case", [
+    "read-only", "too small",
+    # where namespaces are not allowed: a directory without write permission, the read-only case's stand-in
+    pytest.param("no write permission", marks=pytest.mark.skipif(NAMESPACES, reason="the tmpfs cases run"))])
 def test_an_unusable_save_directory_is_refused_before_anything_runs(workdir, tmp_path, case):
     mount = tmp_path / "disk"
-    options = "size=4m,ro" if case == "read-only" else "size=16k"
     s = settings(workdir, "unusable", **{"actor_config.save": str(mount / "ckpt")})
-    res = cli(s, timeout=120, prefix=in_tmpfs(mount, options))
+    if case == "no write permission":
+        mount.mkdir()
+        mount.chmod(0o555)
+        try:
+            if writes_through_mode_bits(mount):
+                pytest.skip("this user writes through mode bits (root): neither a tmpfs nor a mode can stop it")
+            res = cli(s, timeout=120)
+        finally:
+            mount.chmod(0o755)
+    elif NAMESPACES:
+        res = cli(s, timeout=120, prefix=in_tmpfs(mount, "size=4m,ro" if case == "read-only" else "size=16k"))
+    else:
+        pytest.skip("needs `unshare -rm` (a private mount namespace) to mount a small tmpfs")
     assert res.returncode == 2, res.stderr[-2000:]
     lines = res.stderr.strip().splitlines()
     assert lines[0] == "mindrl: config error:" and len(lines) == 2, res.stderr
     assert lines[1].startswith(f"{CONFIG}: actor_config.save: {mount / 'ckpt'}")
-    assert ("not writable" in lines[1] and "Read-only file system" in lines[1]) if case == "read-only" else \
-        ("MiB free on its filesystem, but one checkpoint of this run takes" in lines[1])
+    if case == "too small":
+        assert "MiB free on its filesystem, but one checkpoint of this run takes" in lines[1]
+    else:
+        reason = "Read-only file system" if case == "read-only" else "Permission denied"
+        assert f"not writable ({mount}: {reason})" in lines[1], lines[1]
 
 
 @needs_mounts
