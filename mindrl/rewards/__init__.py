@@ -1,9 +1,9 @@
 """Rewards: rule verifiers chosen by name and their weighted sum over a batch.
 
 ``RewardComputer(verifier_function, verifier_weight, custom_reward_file)`` is the entry point;
-``register_reward("name")`` lets a user file add a verifier. Every reward call has a time limit and its
-value is checked (``containment.py``). Importing this package is cheap (no MindSpore, no math-verify:
-that and user reward functions run in worker processes started on first use).
+``register_reward("name")`` lets a user file add a verifier. Every reward call, built-in or custom, has a time
+limit and its value is checked (``containment.py``). Importing this package is cheap (no MindSpore, no
+math-verify: the reward calls and math-verify run in worker processes).
 """
 from .computer import RewardComputer, RewardError, RewardOutput, load_custom_reward_file
 from .math_pool import MathVerifyPool
