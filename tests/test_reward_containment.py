@@ -355,8 +355,8 @@ def test_hanging_builtin_is_abandoned_within_the_timeout_and_counted(builtin_sty
         rc.close()
     rc = RewardComputer([builtin_style], [1.0], timeout=1.0)  # reward_fallback: null stops, naming it
     try:
-        with pytest.raises(RewardError, match=rf"'{builtin_style}' failed on sample 2 \(response .*\.\.\., label ''\): no "
-                                              r"result within verifier_timeout=1s"):
+        with pytest.raises(RewardError, match=rf"'{builtin_style}' failed on sample 2 \(response .*\.\.\., label "
+                                              r"''\): no result within verifier_timeout=1s"):
             within(30, rc, ["a", "b", UNCLOSED], ["", "", ""])
     finally:
         rc.close()
