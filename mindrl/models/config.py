@@ -41,6 +41,9 @@ class ModelConfig:
     bos_token_id: Optional[int] = None
     eos_token_id: Any = None                # int or list of ints
     pad_token_id: Optional[int] = None
+    # MindFormers' recompute_config.recompute: True (every layer), False, or N (the first N layers): those layers'
+    # activations are recomputed in the backward instead of kept (MindSpore's Cell.recompute)
+    recompute: Any = False
     # parallel_config as MindFormers spells it; the trainer's config can override it per stage
     data_parallel: int = 1
     model_parallel: int = 1
@@ -75,11 +78,19 @@ class ModelConfig:
             kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
             if kind not in ("llama3", "linear", "default"):
                 bad("rope_scaling", f"rope_type {kind!r} is not supported (llama3, linear, default)")
+        r = self.recompute
+        if not (isinstance(r, bool) or (isinstance(r, int) and 0 <= r <= self.num_layers)):
+            bad("recompute_config.recompute", f"must be true, false or a layer count in [0, {self.num_layers}] (the first N layers), "
+                             f"got {r!r}")
         if self.model_parallel > 1:
             for key in ("num_heads", "n_kv_heads", "intermediate_size", "vocab_size"):
                 if getattr(self, key) % self.model_parallel:
                     bad(key, f"{getattr(self, key)} is not divisible by model_parallel={self.model_parallel}")
         return self
+
+    def recompute_layers(self) -> int:
+        """How many layers, from the first, recompute their forward in the backward."""
+        return self.num_layers if self.recompute is True else int(self.recompute)
 
     @property
     def eos_token_ids(self) -> list:
@@ -190,6 +201,9 @@ class ModelConfig:
             if key not in ("data_parallel", "model_parallel", "pipeline_stage", "micro_batch_num", "vocab_emb_dp",
                            "use_seq_parallel", "gradient_aggregation_group"):
                 raise ModelConfigError(f"{source}: parallel_config.{key}: unknown key")
+        recompute = _yaml_recompute(doc.get("recompute_config"), source)
+        if recompute is not None:
+            kwargs["recompute"] = recompute
         kwargs["data_parallel"] = int(par.get("data_parallel", 1))
         kwargs["model_parallel"] = int(par.get("model_parallel", 1))
         if "model_type" not in kwargs:
@@ -210,11 +224,14 @@ class ModelConfig:
         mc = {"type": {v: k for k, v in _YAML_CLASS_TYPES.items()}[self.model_type]}
         inverse = {v: k for k, v in _YAML_ALIASES.items()}
         for f in dataclasses.fields(self):
-            if f.name in ("source", "data_parallel", "model_parallel"):
+            if f.name in ("source", "data_parallel", "model_parallel", "recompute"):
                 continue
             mc[inverse.get(f.name, f.name)] = getattr(self, f.name)
-        return {"model": {"model_config": mc},
-                "parallel_config": {"data_parallel": self.data_parallel, "model_parallel": self.model_parallel}}
+        out = {"model": {"model_config": mc},
+               "parallel_config": {"data_parallel": self.data_parallel, "model_parallel": self.model_parallel}}
+        if self.recompute:
+            out["recompute_config"] = {"recompute": self.recompute}
+        return out
 
 
 # MindFormers names -> ours (both spellings accepted in yaml)
@@ -231,6 +248,40 @@ _YAML_IGNORED = {"use_flash_attention", "use_past", "is_dynamic", "softmax_compu
                  # MindRLHF's Qwen2 yamls: the RoPE table size (seq_length is the context mindrl uses), and kernel
                  # switches of MindFormers' Ascend implementation
                  "max_position_embedding", "extend_method", "fine_grain_interleave"}
+
+
+# recompute_config keys besides `recompute`: the values that describe what mindrl does, and why others cannot be
+_RECOMPUTE_KEYS = {
+    "select_recompute": ((False,), "mindrl recomputes whole layers, not selected operators"),
+    "select_comm_recompute": ((False,), "mindrl recomputes whole layers, not selected operators"),
+    "mp_comm_recompute": ((True,), "a recomputed layer's tensor-parallel all-reduce is recomputed with it"),
+    "parallel_optimizer_comm_recompute": ((False,), "mindrl does not shard the optimizer state"),
+    "recompute_slice_activation": ((False,), "each tensor-parallel rank keeps the whole input of a recomputed layer"),
+}
+
+
+def _yaml_recompute(section, source: str):
+    """MindFormers' recompute_config -> ModelConfig.recompute (None when the yaml has no such section)."""
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise ModelConfigError(f"{source}: recompute_config: expected a mapping, got {section!r}")
+    value = section.get("recompute", False)
+    if isinstance(value, list):  # one count per pipeline stage; mindrl runs one stage
+        if len(value) != 1:
+            raise ModelConfigError(f"{source}: recompute_config.recompute: {value!r} lists {len(value)} pipeline "
+                                   f"stages; mindrl runs one (give one layer count, or true)")
+        value = value[0]
+    for key, setting in section.items():
+        if key == "recompute":
+            continue
+        if key not in _RECOMPUTE_KEYS:
+            raise ModelConfigError(f"{source}: recompute_config.{key}: unknown key")
+        allowed, why = _RECOMPUTE_KEYS[key]
+        if value and setting not in allowed:
+            raise ModelConfigError(f"{source}: recompute_config.{key}: {setting!r} is not supported: {why} "
+                                   f"(set it to {allowed[0]!r})")
+    return value
 
 
 def _hf_rope_scaling(cfg: dict) -> Optional[dict]:

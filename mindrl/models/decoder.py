@@ -78,7 +78,18 @@ def rotate_half(x):
 
 def apply_rope(x, cos, sin):
     """x [..., S, H, d] with cos/sin broadcastable as [..., S, 1, d]."""
+    cos, sin = same_shape(cos, x), same_shape(sin, x)
     return x * cos + rotate_half(x) * sin
+
+
+def same_shape(small, like):
+    """``small`` broadcast to ``like``'s shape by an operation of its own.
+
+    A MindSpore backward through an operation that broadcasts implicitly (``x * w`` with w [H], ``x + mask``)
+    keeps several full-size tensors alive per operation until the backward ends: measured, about 5x the memory of
+    the same product after an explicit broadcast_to. So every differentiated elementwise operation of the decoder
+    gets operands of equal shapes (the 8-layer bench model, 4 x 1024 tokens: an update peaked at 16.4 GB before, 9.0 GB after)."""
+    return ops.broadcast_to(small, like.shape)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -99,9 +110,29 @@ class RMSNorm(nn.Cell):
         in_dtype = x.dtype
         x = x.astype(ms.float32)  # statistics in fp32 whatever the compute dtype
         var = ops.mean(x * x, -1, keep_dims=True)
-        x = x * ops.rsqrt(var + self.eps)
+        x = x * same_shape(ops.rsqrt(var + self.eps), x)
         w = self.weight if self.weight_copy is None else self.weight_copy(self.weight)
-        return (w.astype(ms.float32) * x).astype(in_dtype)
+        return (same_shape(w.astype(ms.float32), x) * x).astype(in_dtype)
+
+
+class MaskedSoftmax(nn.Cell):
+    """softmax(scores + mask) over the last axis; the additive mask (broadcast over leading axes) gets no gradient.
+
+    Its own backward, dx = p * (dout - sum(dout * p)), keeps only p and broadcasts the row sums explicitly:
+    through MindSpore's Softmax backward, which broadcasts them implicitly, an update kept about six scores-sized
+    tensors per layer alive until the backward finished, and about three with this one (see same_shape())."""
+
+    def __init__(self):
+        super().__init__()
+        self.softmax = ops.Softmax(-1)
+        self.row_sum = ops.ReduceSum(keep_dims=True)
+
+    def construct(self, scores, mask):
+        return self.softmax(scores + mask)
+
+    def bprop(self, scores, mask, out, dout):
+        g = dout * out
+        return g - out * ops.broadcast_to(self.row_sum(g, -1), out.shape), ops.zeros_like(mask)
 
 
 class Attention(nn.Cell):
@@ -126,6 +157,7 @@ class Attention(nn.Cell):
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, pdt, shared_over=tp)
         self.bmm_t = ops.BatchMatMul(transpose_b=True)
         self.bmm = ops.BatchMatMul()
+        self.softmax = MaskedSoftmax()
         self.copy = tp.copy_region()
 
     def _qkv(self, x, cos, sin):
@@ -142,13 +174,18 @@ class Attention(nn.Cell):
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def _attend(self, q, k, v, mask):
-        """q [B,S,H,d]; k/v [B,KV,L,d]; mask additive [B,1,1,S,L] -> [B,S,H*d]."""
+        """q [B,S,H,d]; k/v [B,KV,L,d]; mask additive, [B,1,R*S,L] or broadcastable to it -> [B,S,H*d].
+
+        Few operations touch the [B, KV, R*S, L] scores, and none reshapes them: each one differentiated costs a
+        scores-sized tensor per layer in the update. The scale goes on q, the mask comes tiled to the R*S rows."""
         b, s, _, d = q.shape
-        length = k.shape[2]
-        q = q.reshape(b, s, self.n_kv, self.rep, d).transpose(0, 2, 3, 1, 4).reshape(b, self.n_kv, self.rep * s, d)
-        scores = self.bmm_t(q, k).astype(ms.float32) * self.scale          # [B, KV, R*S, L]
-        scores = scores.reshape(b, self.n_kv, self.rep, s, length) + mask
-        probs = ops.softmax(scores, -1).astype(v.dtype).reshape(b, self.n_kv, self.rep * s, length)
+        q = (q * self.scale).reshape(b, s, self.n_kv, self.rep, d).transpose(0, 2, 3, 1, 4)
+        scores = self.bmm_t(q.reshape(b, self.n_kv, self.rep * s, d), k)  # [B, KV, R*S, L]
+        if scores.dtype != ms.float32:
+            scores = scores.astype(ms.float32)
+        probs = self.softmax(scores, mask)
+        if probs.dtype != v.dtype:
+            probs = probs.astype(v.dtype)
         out = self.bmm(probs, v)                                             # [B, KV, R*S, d]
         out = out.reshape(b, self.n_kv, self.rep, s, d).transpose(0, 3, 1, 2, 4)
         return out.reshape(b, s, self.n_heads * d)
@@ -228,6 +265,12 @@ class Backbone(nn.Cell):
         self.config, self.tp, self.compute_dtype = cfg, tp, cdt
         self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, tp, pdt, cfg.initializer_range, seed)
         self.layers = nn.CellList([DecoderLayer(cfg, tp, cdt, pdt, seed + 100 * (i + 1)) for i in range(cfg.num_layers)])
+        for layer in list(self.layers)[:cfg.recompute_layers()]:
+            layer.recompute()  # MindFormers' recompute_config.recompute: MindSpore's own pass, per layer
+        if cfg.recompute_layers() and ms.get_context("device_target") == "CPU":
+            warnings.warn("recompute_config.recompute: on MindSpore's CPU backend recomputation raised an update's "
+                          "peak memory instead of lowering it (docs/performance.md); it is meant for Ascend and GPU",
+                          stacklevel=2)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
         cos, sin = rope_tables(cfg, cfg.max_position_embeddings)
         # constants, not Parameters: they are never trained nor saved
@@ -244,14 +287,18 @@ class Backbone(nn.Cell):
         return self.embed_tokens(input_ids).astype(self.cdt)
 
     def _rope_and_mask(self, attention_mask):
-        """Rotary tables at each token's position (padding skipped) and the additive causal+padding mask."""
+        """Rotary tables at each token's position (padding skipped) and the additive causal+padding mask, tiled
+        to the attention scores' [B, 1, R*T, T] rows (R query heads per KV head; see Attention._attend)."""
         mask_i = attention_mask.astype(ms.int32)
         cos, sin = self._rope(ops.relu(ops.cumsum(mask_i, 1) - 1))
         t = attention_mask.shape[1]
         allowed = ops.tril(ops.ones((t, t), ms.int32)).reshape(1, t, t) * mask_i.reshape(-1, 1, t)
         add_mask = ops.select(allowed > 0, ops.zeros(allowed.shape, ms.float32),
                               ops.full(allowed.shape, NEG_INF, dtype=ms.float32))
-        return cos, sin, add_mask.reshape(-1, 1, 1, t, t)
+        rep = self.config.num_heads // self.config.n_kv_heads
+        mask = ops.tile(add_mask.reshape(-1, 1, t, t), (1, 1, rep, 1))
+        # constants of the step: no gradient is formed for them (every layer's would be summed at the end)
+        return ops.stop_gradient(cos), ops.stop_gradient(sin), ops.stop_gradient(mask)
 
     def construct(self, input_ids, attention_mask):
         """input_ids/attention_mask [B, T] (mask 1 = real token; padding may be on either side)."""
@@ -330,7 +377,7 @@ class CausalLM(nn.Cell):
         slots = ops.arange(length).astype(ms.int32).reshape(1, length)
         valid = ops.logical_and(slots >= start.reshape(b, 1), slots <= pos)
         add_mask = ops.select(valid, ops.zeros(valid.shape, ms.float32),
-                              ops.full(valid.shape, NEG_INF, dtype=ms.float32)).reshape(b, 1, 1, 1, length)
+                              ops.full(valid.shape, NEG_INF, dtype=ms.float32)).reshape(b, 1, 1, length)
         rows = ops.arange(b).astype(ms.int32).reshape(b, 1, 1)
         kv = ops.arange(k_caches[0].shape[1]).astype(ms.int32).reshape(1, -1, 1)
         write_idx = ops.concat((ops.broadcast_to(rows, (b, kv.shape[1], 1)),

@@ -106,7 +106,7 @@ class _Linear(nn.Cell):
         if self.bias is None:
             return y
         b = ops.cast(self.bias, self.cdt) if self.cast_needed else self.bias
-        return y + b
+        return y + ops.broadcast_to(b, y.shape)  # explicit: see models/decoder.py same_shape()
 
 
 class ColumnLinear(_Linear):

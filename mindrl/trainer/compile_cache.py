@@ -27,11 +27,14 @@ def compile_cache_dir(cfg, topo) -> str:
     import mindspore
     from mindrl import __version__
     from mindrl.models.config import load_model_config
+    model = load_model_config(cfg.actor_config.model)
     keyed = {
-        "model": load_model_config(cfg.actor_config.model).to_hf_dict(),
+        "model": model.to_hf_dict(), "recompute": model.recompute,
         "ref_model": load_model_config(cfg.ref.model).to_hf_dict() if cfg.ref.model else None,
+        # every section whose settings shape a graph: the critic's and reward model's layouts and micro-batches too
         "fingerprint": cfg.fingerprint("rl_config", "generate_config", "actor_config.tensor_model_parallel_size",
-                                       "actor_config.compute_dtype", "runtime.mode", "ref"),
+                                       "actor_config.compute_dtype", "runtime.mode", "ref", "critic_config",
+                                       "reward_config"),
         "world": str(topo.world), "rank": str(topo.rank),
         "mindrl": __version__, "mindspore": mindspore.__version__, "source": source_digest(),
     }

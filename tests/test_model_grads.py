@@ -1,0 +1,70 @@
+"""The decoder's gradients against PyTorch's autograd through transformers' own models: every parameter of Qwen2
+(q/k/v biases, grouped-query attention), LLaMA (tied head, llama3 rope scaling) and Qwen3 (q/k norms), on a batch
+with left and right padding. The forward is checked elsewhere (test_models); this pins the backward, which mindrl
+writes in places by hand (MaskedSoftmax) and shapes for memory (explicit broadcasts)."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _batch(rng, vocab):
+    ids = rng.integers(0, vocab, size=(3, 12)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[0, :4] = 0   # left padding
+    mask[2, 9:] = 0   # right padding
+    # a prediction counts when both its position and its target are real tokens (padding rows are arbitrary)
+    weights = rng.uniform(0.5, 1.5, size=(3, 11)).astype(np.float32) * mask[:, 1:] * mask[:, :-1]
+    return ids, mask, weights
+
+
+def _torch_grads(model, ids, mask, weights):
+    model.zero_grad()
+    pos = np.clip(np.cumsum(mask, 1) - 1, 0, None)  # what mindrl's rotary positions are: padding skipped
+    out = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                position_ids=torch.tensor(pos, dtype=torch.long))
+    logp = torch.log_softmax(out.logits[:, :-1].double(), -1)
+    picked = logp.gather(-1, torch.tensor(ids[:, 1:], dtype=torch.long)[..., None])[..., 0]
+    loss = -(picked * torch.tensor(weights, dtype=torch.float64)).sum()
+    loss.backward()
+    return float(loss.detach()), {n: p.grad.double().numpy() for n, p in model.named_parameters()}
+
+
+def _mindrl_grads(path, ids, mask, weights):
+    import mindspore as ms
+    from mindspore import Tensor, nn, ops
+    from mindrl.models import from_pretrained
+    from mindrl.parallel.layout import to_external, transposed_names
+    lm = from_pretrained(path).net
+
+    class Loss(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.lm = lm
+
+        def construct(self, ids, mask, targets, w):
+            logp = ops.log_softmax(self.lm(ids, mask)[:, :-1], -1)
+            picked = ops.gather_elements(logp, 2, targets.reshape(targets.shape + (1,))).squeeze(-1)
+            return -(picked * w).sum()
+
+    params = lm.trainable_params()
+    step = ms.value_and_grad(Loss(), None, params)
+    loss, grads = step(Tensor(ids), Tensor(mask), Tensor(ids[:, 1:].astype(np.int32)), Tensor(weights))
+    trans = transposed_names(lm)
+    return float(loss.asnumpy()), {p.name: to_external(g.asnumpy(), p.name in trans) for p, g in zip(params, grads)}
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
+def test_gradients_match_pytorch(hf_models, arch, rng):
+    path, model = hf_models[arch]
+    ids, mask, weights = _batch(rng, model.config.vocab_size)
+    want_loss, want = _torch_grads(model.float(), ids, mask, weights)
+    got_loss, got = _mindrl_grads(path, ids, mask, weights)
+    assert got_loss == pytest.approx(want_loss, rel=1e-5)
+    if model.config.tie_word_embeddings:
+        want.pop("lm_head.weight", None)  # the same tensor as the embedding in torch: its gradient is in there
+    assert sorted(got) == sorted(want)
+    for name, g in want.items():
+        scale = max(np.abs(g).max(), 1e-3)
+        err = np.abs(got[name] - g).max() / scale
+        assert err < 2e-4, f"{name}: max error {err:.2e} of the gradient's largest entry"
