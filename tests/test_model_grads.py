@@ -68,3 +68,36 @@ def test_gradients_match_pytorch(hf_models, arch, rng):
         scale = max(np.abs(g).max(), 1e-3)
         err = np.abs(got[name] - g).max() / scale
         assert err < 2e-4, f"{name}: max error {err:.2e} of the gradient's largest entry"
+
+
+def test_token_log_probs_and_entropy_and_their_gradients_match_float64(rng):
+    """models/scoring.py TokenStats (its own backward) against the formulas in float64: log p(target), the entropy,
+    and the gradient of a weighted sum of both."""
+    import mindspore as ms
+    from mindspore import Tensor
+    from mindrl.models.scoring import TokenStats
+    from mindrl.runtime import setup_context
+    setup_context("graph")
+    z = rng.normal(0, 3, size=(2, 5, 37)).astype(np.float32)
+    t = rng.integers(0, 37, size=(2, 5)).astype(np.int32)
+    a = rng.normal(size=(2, 5)).astype(np.float32)
+    b = rng.normal(size=(2, 5)).astype(np.float32)
+    z64 = z.astype(np.float64)
+    p = np.exp(z64 - z64.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    logp = np.log(p)
+    want_lp = np.take_along_axis(logp, t[..., None], -1)[..., 0]
+    want_ent = -(p * logp).sum(-1)
+    # d/dz of sum(a * logp_t + b * H): a * (onehot - p) - b * p * (z - E_p z)
+    onehot = np.eye(37)[t]
+    want_grad = a[..., None] * (onehot - p) - b[..., None] * p * (z64 - (p * z64).sum(-1, keepdims=True))
+    cell = TokenStats()
+    lp, ent = cell(Tensor(z), Tensor(t))
+    np.testing.assert_allclose(lp.asnumpy(), want_lp, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ent.asnumpy(), want_ent, rtol=1e-5, atol=1e-5)
+
+    def objective(logits):
+        lp, ent = cell(logits, Tensor(t))
+        return (lp * Tensor(a)).sum() + (ent * Tensor(b)).sum()
+    grad = ms.grad(objective)(Tensor(z)).asnumpy()
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-5)

@@ -6,6 +6,37 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 
+class TokenStats(nn.Cell):
+    """(logits [B, T, V] float32, targets [B, T]) -> (log p(target), entropy), each [B, T], on one device.
+
+    Its own backward, from the logits it keeps and p recomputed from them:
+        d logp / dz = onehot(target) - p,     d entropy / dz = -p * (z - E_p[z])
+    with every broadcast explicit. Differentiating logsumexp and the entropy formula op by op kept several
+    vocabulary-sized tensors per row alive through the backward (see models/decoder.py same_shape()); at a
+    150k vocabulary those are the largest tensors of an update."""
+
+    def __init__(self):
+        super().__init__(auto_prefix=False)
+        self.softmax = ops.Softmax(-1)
+        self.row_sum = ops.ReduceSum(keep_dims=True)
+
+    def construct(self, logits, targets):
+        lse = ops.logsumexp(logits, -1, True)
+        p = self.softmax(logits)
+        picked = ops.gather_elements(logits, -1, ops.expand_dims(targets, -1))
+        entropy = lse - self.row_sum(p * logits, -1)
+        return (picked - lse).squeeze(-1), entropy.squeeze(-1)
+
+    def bprop(self, logits, targets, out, dout):
+        d_logp, d_ent = dout
+        p = self.softmax(logits)
+        mean_z = ops.broadcast_to(self.row_sum(p * logits, -1), logits.shape)
+        grad = -p * (ops.broadcast_to(ops.expand_dims(d_logp, -1), logits.shape)
+                     + ops.broadcast_to(ops.expand_dims(d_ent, -1), logits.shape) * (logits - mean_z))
+        onehot = ops.one_hot(targets, logits.shape[-1], ops.ones((), logits.dtype), ops.zeros((), logits.dtype))
+        return grad + onehot * ops.broadcast_to(ops.expand_dims(d_logp, -1), logits.shape), ops.zeros_like(targets)
+
+
 def token_log_probs(logits, targets):
     """logits [B, T, V] float32, targets [B, T] -> log p(target) [B, T], without a full log-softmax tensor."""
     lse = ops.logsumexp(logits, -1)
@@ -73,6 +104,7 @@ class LogProbsAndEntropy(nn.Cell):
     def __init__(self, tp):
         super().__init__(auto_prefix=False)
         self.tp = tp
+        self.single = TokenStats()
         self.reduce = tp.reduce_region()
         self.gather = None
         if tp.size > 1:
@@ -81,7 +113,7 @@ class LogProbsAndEntropy(nn.Cell):
 
     def construct(self, logits, targets):
         if self.reduce is None:
-            return token_log_probs(logits, targets), token_entropy(logits)
+            return self.single(logits, targets)
         local_v = logits.shape[-1]
         m = ops.stop_gradient(self.gather(logits.max(-1, keepdims=True)).max(-1, keepdims=True))
         e = ops.exp(logits - m)

@@ -25,6 +25,7 @@ _square_sum = ops.MultitypeFuncGraph("square_sum")
 _reduce_in_place = ops.MultitypeFuncGraph("reduce_in_place")
 _scaled = ops.MultitypeFuncGraph("scaled")
 _zero_after = ops.MultitypeFuncGraph("zero_after")
+_clear_after = ops.MultitypeFuncGraph("clear_after")
 
 
 @_add_into.register("Tensor", "Tensor")
@@ -53,6 +54,14 @@ def _scaled_one(scale, g):
 def _zero_after_one(after, g):
     """Zero ``g`` once ``after`` (the optimizer step that read it) is done."""
     ops.assign(g, ops.depend(ops.zeros_like(g), after))
+    return True
+
+
+@_clear_after.register("Tensor", "Tensor")
+def _clear_after_one(after, g):
+    """Zero a finite ``g`` in place (g -= g) once ``after`` is done: no zeros tensor the size of the model, which
+    zeros_like would allocate for every buffer at once."""
+    ops.assign_sub(g, ops.depend(g, after))
     return True
 
 
@@ -105,8 +114,8 @@ class ApplyGrad(nn.Cell):
         grads = self.accum
         if self.clip > 0:
             grads = self.hyper_map(ops.partial(_scaled, self.clip / ops.maximum(norm, self.clip)), self.accum)
-        done = self.opt(grads, lr)
-        return ops.depend(done, self.hyper_map(ops.partial(_zero_after, done), self.accum))
+        done = self.opt(grads, lr)  # only finite gradients get here (GradNorm's check), so g - g is 0
+        return ops.depend(done, self.hyper_map(ops.partial(_clear_after, done), self.accum))
 
 
 class ResetGrad(nn.Cell):
