@@ -82,6 +82,15 @@ def apply_rope(x, cos, sin):
     return x * cos + rotate_half(x) * sin
 
 
+def row_sum(x):
+    """Sum over the last axis, keeping it (size 1), as a product with a ones vector. On MindSpore's CPU backend
+    ReduceSum/ReduceMean over the last axis ran 5-10x slower than that product (a [3072, 512] row mean: 8.2 vs
+    0.96 ms; [2048, 8192]: 52 vs 12 ms), and an RMSNorm takes one per token per norm."""
+    n = x.shape[-1]
+    out = ops.matmul(x.reshape(-1, n), ops.ones((n, 1), x.dtype))
+    return out.reshape(x.shape[:-1] + (1,))
+
+
 def same_shape(small, like):
     """``small`` broadcast to ``like``'s shape by an operation of its own.
 
@@ -103,16 +112,42 @@ class RMSNorm(nn.Cell):
         super().__init__()
         self.weight = Parameter(Tensor(np.ones(dim, np.float32), ms.float32 if param_dtype != "float16" else ms.float16),
                                 name="weight")
-        self.eps = eps
         self.weight_copy = shared_over.copy_region()
+        self.norm = _RMSNormFunction(eps)
 
     def construct(self, x):
-        in_dtype = x.dtype
-        x = x.astype(ms.float32)  # statistics in fp32 whatever the compute dtype
-        var = ops.mean(x * x, -1, keep_dims=True)
-        x = x * same_shape(ops.rsqrt(var + self.eps), x)
         w = self.weight if self.weight_copy is None else self.weight_copy(self.weight)
-        return (same_shape(w.astype(ms.float32), x) * x).astype(in_dtype)
+        return self.norm(x, w)
+
+
+class _RMSNormFunction(nn.Cell):
+    """y = w * x / sqrt(mean(x^2) + eps) over the last axis, statistics in float32, with its own backward:
+        n = x * r,  g = w * dy,  dx = r * (g - n * mean(g * n)),  dw = sum over rows of dy * n
+    (r = 1 / sqrt(mean(x^2) + eps)). Row means are products with ones (row_sum) and the weight's gradient one
+    product over the rows: through autodiff, MindSpore's reductions of the broadcasts took about 0.5 s of a
+    31M-parameter GRPO update on CPU, and kept broadcast-sized tensors alive (see same_shape())."""
+
+    def __init__(self, eps):
+        super().__init__()
+        self.eps = eps
+
+    def _normed(self, x):
+        x = x.astype(ms.float32)
+        r = ops.rsqrt(row_sum(x * x) / x.shape[-1] + self.eps)
+        return x * r, r
+
+    def construct(self, x, w):
+        n, _ = self._normed(x)
+        return (w.astype(ms.float32) * n).astype(x.dtype)
+
+    def bprop(self, x, w, out, dout):
+        n, r = self._normed(x)
+        dy = dout.astype(ms.float32)
+        g = dy * w.astype(ms.float32)
+        dx = r * (g - n * (row_sum(g * n) / x.shape[-1]))
+        rows = (dy * n).reshape(-1, x.shape[-1])
+        dw = ops.matmul(ops.ones((1, rows.shape[0]), ms.float32), rows).reshape(w.shape)
+        return dx.astype(x.dtype), dw.astype(w.dtype)
 
 
 class MaskedSoftmax(nn.Cell):
@@ -125,14 +160,13 @@ class MaskedSoftmax(nn.Cell):
     def __init__(self):
         super().__init__()
         self.softmax = ops.Softmax(-1)
-        self.row_sum = ops.ReduceSum(keep_dims=True)
 
     def construct(self, scores, mask):
         return self.softmax(scores + mask)
 
     def bprop(self, scores, mask, out, dout):
         g = dout * out
-        return g - out * ops.broadcast_to(self.row_sum(g, -1), out.shape), ops.zeros_like(mask)
+        return g - out * row_sum(g), ops.zeros_like(mask)  # no autodiff here: broadcasting costs nothing extra
 
 
 class Attention(nn.Cell):

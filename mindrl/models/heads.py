@@ -18,7 +18,7 @@ class _Score(_Linear):
         super().__init__(hidden, 1, False, "float32", "float32", std, seed)
 
     def construct(self, x):
-        return self._project(x.astype(ms.float32))
+        return self._shaped(self._project(x.astype(ms.float32)), x)
 
 
 class ValueModel(nn.Cell):
