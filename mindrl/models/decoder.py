@@ -71,15 +71,29 @@ def rope_tables(config: ModelConfig, length: int):
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return ops.concat((-x[..., half:], x[..., :half]), -1)
+# Broadcasts. A MindSpore backward through an operation that broadcasts implicitly (x * w with w [H], x + mask)
+# keeps several full-size tensors alive per operation until the backward ends: measured, about 5x the memory of the
+# same product after an explicit broadcast_to (the 8-layer bench model, 4 x 1024 tokens: an update peaked at
+# 16.4 GB before, 9.0 GB after). So every elementwise operation autodiff differentiates here gets operands of equal
+# shapes; cells with their own backward (RMSNorm, MaskedSoftmax, scoring.TokenStats) broadcast freely inside.
 
 
-def apply_rope(x, cos, sin):
-    """x [..., S, H, d] with cos/sin broadcastable as [..., S, 1, d]."""
-    cos, sin = same_shape(cos, x), same_shape(sin, x)
-    return x * cos + rotate_half(x) * sin
+def rotation_matrix(d: int) -> np.ndarray:
+    """R with x @ R == rotate_half(x) == concat(-x[d/2:], x[:d/2]): one MatMul kernel instead of two slices, a
+    negation and a concatenation, per rotated tensor (decode runs a kernel count, not FLOPs, per token)."""
+    h = d // 2
+    r = np.zeros((d, d), np.float32)
+    r[np.arange(h) + h, np.arange(h)] = -1.0
+    r[np.arange(h), np.arange(h) + h] = 1.0
+    return r
+
+
+def apply_rope(x, cos, sin, rot):
+    """x [..., S, H, d]; cos/sin at x's shape in a differentiated pass (Backbone broadcasts them once per forward:
+    see Broadcasts, above rotation_matrix), broadcastable as [..., S, 1, d] in forward-only ones; rot = rotation_matrix(d)."""
+    shape = x.shape
+    turned = ops.matmul(x.reshape(-1, shape[-1]), rot.astype(x.dtype)).reshape(shape)
+    return x * cos + turned * sin
 
 
 def row_sum(x):
@@ -90,15 +104,6 @@ def row_sum(x):
     out = ops.matmul(x.reshape(-1, n), ops.ones((n, 1), x.dtype))
     return out.reshape(x.shape[:-1] + (1,))
 
-
-def same_shape(small, like):
-    """``small`` broadcast to ``like``'s shape by an operation of its own.
-
-    A MindSpore backward through an operation that broadcasts implicitly (``x * w`` with w [H], ``x + mask``)
-    keeps several full-size tensors alive per operation until the backward ends: measured, about 5x the memory of
-    the same product after an explicit broadcast_to. So every differentiated elementwise operation of the decoder
-    gets operands of equal shapes (the 8-layer bench model, 4 x 1024 tokens: an update peaked at 16.4 GB before, 9.0 GB after)."""
-    return ops.broadcast_to(small, like.shape)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -125,7 +130,7 @@ class _RMSNormFunction(nn.Cell):
         n = x * r,  g = w * dy,  dx = r * (g - n * mean(g * n)),  dw = sum over rows of dy * n
     (r = 1 / sqrt(mean(x^2) + eps)). Row means are products with ones (row_sum) and the weight's gradient one
     product over the rows: through autodiff, MindSpore's reductions of the broadcasts took about 0.5 s of a
-    31M-parameter GRPO update on CPU, and kept broadcast-sized tensors alive (see same_shape())."""
+    31M-parameter GRPO update on CPU, and kept broadcast-sized tensors alive (see Broadcasts, above rotation_matrix)."""
 
     def __init__(self, eps):
         super().__init__()
@@ -155,7 +160,7 @@ class MaskedSoftmax(nn.Cell):
 
     Its own backward, dx = p * (dout - sum(dout * p)), keeps only p and broadcasts the row sums explicitly:
     through MindSpore's Softmax backward, which broadcasts them implicitly, an update kept about six scores-sized
-    tensors per layer alive until the backward finished, and about three with this one (see same_shape())."""
+    tensors per layer alive until the backward finished, and about three with this one (see Broadcasts, above rotation_matrix)."""
 
     def __init__(self):
         super().__init__()
@@ -192,9 +197,11 @@ class Attention(nn.Cell):
         self.bmm_t = ops.BatchMatMul(transpose_b=True)
         self.bmm = ops.BatchMatMul()
         self.softmax = MaskedSoftmax()
+        self.rot = Tensor(rotation_matrix(cfg.head_dim))
         self.copy = tp.copy_region()
 
     def _qkv(self, x, cos, sin):
+        """cos/sin: (for q, for k) pairs of rotary tables (Backbone._rope_and_mask, CausalLM.decode)."""
         """Project and rotate: q [B,S,H,d], k/v [B,S,KV,d] (local heads under tensor parallelism)."""
         if self.copy is not None:
             x = self.copy(x)
@@ -205,7 +212,7 @@ class Attention(nn.Cell):
         if self.qk_norm:
             q = self.q_norm(q)
             k = self.k_norm(k)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        return apply_rope(q, cos[0], sin[0], self.rot), apply_rope(k, cos[1], sin[1], self.rot), v
 
     def _attend(self, q, k, v, mask):
         """q [B,S,H,d]; k/v [B,KV,L,d]; mask additive, [B,1,R*S,L] or broadcastable to it -> [B,S,H*d].
@@ -306,6 +313,7 @@ class Backbone(nn.Cell):
                           "peak memory instead of lowering it (docs/performance.md); it is meant for Ascend and GPU",
                           stacklevel=2)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
+        self.local_heads, self.local_kv_heads = cfg.num_heads // tp.size, cfg.n_kv_heads // tp.size
         cos, sin = rope_tables(cfg, cfg.max_position_embeddings)
         # constants, not Parameters: they are never trained nor saved
         self.cos_table = Tensor(cos)
@@ -331,8 +339,14 @@ class Backbone(nn.Cell):
                               ops.full(allowed.shape, NEG_INF, dtype=ms.float32))
         rep = self.config.num_heads // self.config.n_kv_heads
         mask = ops.tile(add_mask.reshape(-1, 1, t, t), (1, 1, rep, 1))
-        # constants of the step: no gradient is formed for them (every layer's would be summed at the end)
-        return ops.stop_gradient(cos), ops.stop_gradient(sin), ops.stop_gradient(mask)
+        # the rotary tables at q's and k's full shapes, once for every layer (see Broadcasts, above rotation_matrix); constants of the
+        # step: no gradient is formed for them (every layer's would be summed at the end)
+        b, d = cos.shape[0], cos.shape[-1]
+        tables = []
+        for table in (cos, sin):
+            tables.append((ops.stop_gradient(ops.broadcast_to(table, (b, t, self.local_heads, d))),
+                           ops.stop_gradient(ops.broadcast_to(table, (b, t, self.local_kv_heads, d)))))
+        return tables[0], tables[1], ops.stop_gradient(mask)
 
     def construct(self, input_ids, attention_mask):
         """input_ids/attention_mask [B, T] (mask 1 = real token; padding may be on either side)."""
@@ -408,6 +422,7 @@ class CausalLM(nn.Cell):
         length = k_caches[0].shape[2]
         rot = ops.relu(pos - start).reshape(b, 1)
         cos, sin = bb._rope(rot)
+        cos, sin = (cos, cos), (sin, sin)  # forward only: [b, 1, 1, d] broadcasts implicitly
         slots = ops.arange(length).astype(ms.int32).reshape(1, length)
         valid = ops.logical_and(slots >= start.reshape(b, 1), slots <= pos)
         add_mask = ops.select(valid, ops.zeros(valid.shape, ms.float32),

@@ -14,7 +14,7 @@ class TokenStats(nn.Cell):
     Its own backward, from the logits it keeps and p recomputed from them:
         d logp / dz = onehot(target) - p,     d entropy / dz = -p * (z - E_p[z])
     (its broadcasts implicit: no autodiff runs through it). Differentiating logsumexp and the entropy formula op by op kept several
-    vocabulary-sized tensors per row alive through the backward (see models/decoder.py same_shape()); at a
+    vocabulary-sized tensors per row alive through the backward (see Broadcasts in models/decoder.py); at a
     150k vocabulary those are the largest tensors of an update. Row maxima come from ArgMaxWithValue and row sums
     from a product with ones (decoder.row_sum): MindSpore's CPU ReduceMax/ReduceSum over the vocabulary took
     52-144 ms where these take 6-12 (16 x 128 x 8192 logits)."""
