@@ -71,11 +71,17 @@ def rope_tables(config: ModelConfig, length: int):
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
-# Broadcasts. A MindSpore backward through an operation that broadcasts implicitly (x * w with w [H], x + mask)
-# keeps several full-size tensors alive per operation until the backward ends: measured, about 5x the memory of the
-# same product after an explicit broadcast_to (the 8-layer bench model, 4 x 1024 tokens: an update peaked at
-# 16.4 GB before, 9.0 GB after). So every elementwise operation autodiff differentiates here gets operands of equal
-# shapes; cells with their own backward (RMSNorm, MaskedSoftmax, scoring.TokenStats) broadcast freely inside.
+# Broadcasts. On MindSpore 2.10's CPU backend an elementwise operation whose operands differ in shape (x * w with
+# w [H], scores + mask) holds about four extra buffers of its output's size until the whole graph has run, forward
+# graphs included (measured: six x * r with r [N, 1] on a 134 MB x took 3.3 GB, and 0.4 GB after an explicit
+# broadcast_to; scalars are free), and autodiff through it keeps more. So every operation on activations here
+# gets operands of equal shapes (expand()), and the tables every layer shares are expanded once per forward. The
+# 8-layer bench model's update at 4 x 1024 tokens peaked at 16.4 GB before these rules.
+
+
+def expand(small, like):
+    """``small`` broadcast to ``like``'s shape, as an operation of its own (see Broadcasts)."""
+    return ops.broadcast_to(small, like.shape)
 
 
 def rotation_matrix(d: int) -> np.ndarray:
@@ -89,10 +95,12 @@ def rotation_matrix(d: int) -> np.ndarray:
 
 
 def apply_rope(x, cos, sin, rot):
-    """x [..., S, H, d]; cos/sin at x's shape in a differentiated pass (Backbone broadcasts them once per forward:
-    see Broadcasts, above rotation_matrix), broadcastable as [..., S, 1, d] in forward-only ones; rot = rotation_matrix(d)."""
+    """x [..., S, H, d]; cos/sin at x's shape (Backbone expands them once per forward: see Broadcasts) or
+    broadcastable as [..., S, 1, d] (decode's single position); rot = rotation_matrix(d)."""
     shape = x.shape
     turned = ops.matmul(x.reshape(-1, shape[-1]), rot.astype(x.dtype)).reshape(shape)
+    if cos.shape != shape:
+        cos, sin = expand(cos, x), expand(sin, x)
     return x * cos + turned * sin
 
 
@@ -130,26 +138,27 @@ class _RMSNormFunction(nn.Cell):
         n = x * r,  g = w * dy,  dx = r * (g - n * mean(g * n)),  dw = sum over rows of dy * n
     (r = 1 / sqrt(mean(x^2) + eps)). Row means are products with ones (row_sum) and the weight's gradient one
     product over the rows: through autodiff, MindSpore's reductions of the broadcasts took about 0.5 s of a
-    31M-parameter GRPO update on CPU, and kept broadcast-sized tensors alive (see Broadcasts, above rotation_matrix)."""
+    31M-parameter GRPO update on CPU, and kept broadcast-sized tensors alive (see Broadcasts)."""
 
     def __init__(self, eps):
         super().__init__()
         self.eps = eps
 
     def _normed(self, x):
+        """(x * r, r expanded to x's shape) in float32."""
         x = x.astype(ms.float32)
-        r = ops.rsqrt(row_sum(x * x) / x.shape[-1] + self.eps)
+        r = expand(ops.rsqrt(row_sum(x * x) / x.shape[-1] + self.eps), x)
         return x * r, r
 
     def construct(self, x, w):
         n, _ = self._normed(x)
-        return (w.astype(ms.float32) * n).astype(x.dtype)
+        return (expand(w.astype(ms.float32), n) * n).astype(x.dtype)
 
     def bprop(self, x, w, out, dout):
         n, r = self._normed(x)
         dy = dout.astype(ms.float32)
-        g = dy * w.astype(ms.float32)
-        dx = r * (g - n * (row_sum(g * n) / x.shape[-1]))
+        g = dy * expand(w.astype(ms.float32), dy)
+        dx = r * (g - n * expand(row_sum(g * n) / x.shape[-1], n))
         rows = (dy * n).reshape(-1, x.shape[-1])
         dw = ops.matmul(ops.ones((1, rows.shape[0]), ms.float32), rows).reshape(w.shape)
         return dx.astype(x.dtype), dw.astype(w.dtype)
@@ -158,20 +167,22 @@ class _RMSNormFunction(nn.Cell):
 class MaskedSoftmax(nn.Cell):
     """softmax(scores + mask) over the last axis; the additive mask (broadcast over leading axes) gets no gradient.
 
-    Its own backward, dx = p * (dout - sum(dout * p)), keeps only p and broadcasts the row sums explicitly:
+    Its own backward, dx = p * (dout - sum(dout * p)), keeps only p and expands the row sums explicitly:
     through MindSpore's Softmax backward, which broadcasts them implicitly, an update kept about six scores-sized
-    tensors per layer alive until the backward finished, and about three with this one (see Broadcasts, above rotation_matrix)."""
+    tensors per layer alive until the backward finished, and about three with this one (see Broadcasts)."""
 
     def __init__(self):
         super().__init__()
         self.softmax = ops.Softmax(-1)
 
     def construct(self, scores, mask):
+        if mask.shape != scores.shape:  # decode's [b, 1, 1, L] rows; a full sequence's mask comes expanded
+            mask = expand(mask, scores)
         return self.softmax(scores + mask)
 
     def bprop(self, scores, mask, out, dout):
         g = dout * out
-        return g - out * row_sum(g), ops.zeros_like(mask)  # no autodiff here: broadcasting costs nothing extra
+        return g - out * expand(row_sum(g), out), ops.zeros_like(mask)
 
 
 class Attention(nn.Cell):
@@ -308,10 +319,6 @@ class Backbone(nn.Cell):
         self.layers = nn.CellList([DecoderLayer(cfg, tp, cdt, pdt, seed + 100 * (i + 1)) for i in range(cfg.num_layers)])
         for layer in list(self.layers)[:cfg.recompute_layers()]:
             layer.recompute()  # MindFormers' recompute_config.recompute: MindSpore's own pass, per layer
-        if cfg.recompute_layers() and ms.get_context("device_target") == "CPU":
-            warnings.warn("recompute_config.recompute: on MindSpore's CPU backend recomputation raised an update's "
-                          "peak memory instead of lowering it (docs/performance.md); it is meant for Ascend and GPU",
-                          stacklevel=2)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
         self.local_heads, self.local_kv_heads = cfg.num_heads // tp.size, cfg.n_kv_heads // tp.size
         cos, sin = rope_tables(cfg, cfg.max_position_embeddings)
@@ -329,19 +336,22 @@ class Backbone(nn.Cell):
         return self.embed_tokens(input_ids).astype(self.cdt)
 
     def _rope_and_mask(self, attention_mask):
-        """Rotary tables at each token's position (padding skipped) and the additive causal+padding mask, tiled
-        to the attention scores' [B, 1, R*T, T] rows (R query heads per KV head; see Attention._attend)."""
+        """Rotary tables at each token's position (padding skipped), as (for q, for k) pairs, and the additive
+        causal+padding mask at the attention scores' shape [B, KV, R*T, T] (R query heads per KV head; see
+        Attention._attend)."""
         mask_i = attention_mask.astype(ms.int32)
         cos, sin = self._rope(ops.relu(ops.cumsum(mask_i, 1) - 1))
         t = attention_mask.shape[1]
-        allowed = ops.tril(ops.ones((t, t), ms.int32)).reshape(1, t, t) * mask_i.reshape(-1, 1, t)
+        b, d = cos.shape[0], cos.shape[-1]
+        allowed = (ops.broadcast_to(ops.tril(ops.ones((t, t), ms.int32)).reshape(1, t, t), (b, t, t))
+                   * ops.broadcast_to(mask_i.reshape(-1, 1, t), (b, t, t)))
         add_mask = ops.select(allowed > 0, ops.zeros(allowed.shape, ms.float32),
                               ops.full(allowed.shape, NEG_INF, dtype=ms.float32))
         rep = self.config.num_heads // self.config.n_kv_heads
-        mask = ops.tile(add_mask.reshape(-1, 1, t, t), (1, 1, rep, 1))
-        # the rotary tables at q's and k's full shapes, once for every layer (see Broadcasts, above rotation_matrix); constants of the
-        # step: no gradient is formed for them (every layer's would be summed at the end)
-        b, d = cos.shape[0], cos.shape[-1]
+        mask = ops.broadcast_to(ops.tile(add_mask.reshape(b, 1, t, t), (1, 1, rep, 1)),
+                                (b, self.local_kv_heads, rep * t, t))
+        # the mask and the rotary tables at the scores', q's and k's full shapes, once for every layer (see
+        # Broadcasts); constants of the step: no gradient is formed for them (each layer's would be summed)
         tables = []
         for table in (cos, sin):
             tables.append((ops.stop_gradient(ops.broadcast_to(table, (b, t, self.local_heads, d))),

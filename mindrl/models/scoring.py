@@ -5,7 +5,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from mindrl.models.decoder import row_sum
+from mindrl.models.decoder import expand, row_sum
 
 
 class TokenStats(nn.Cell):
@@ -13,23 +13,19 @@ class TokenStats(nn.Cell):
 
     Its own backward, from the logits it keeps and p recomputed from them:
         d logp / dz = onehot(target) - p,     d entropy / dz = -p * (z - E_p[z])
-    (its broadcasts implicit: no autodiff runs through it). Differentiating logsumexp and the entropy formula op by op kept several
-    vocabulary-sized tensors per row alive through the backward (see Broadcasts in models/decoder.py); at a
-    150k vocabulary those are the largest tensors of an update. Row maxima come from ArgMaxWithValue and row sums
+    Differentiating logsumexp and the entropy formula op by op kept several vocabulary-sized tensors per row alive
+    through the backward (see Broadcasts in models/decoder.py); at a 150k vocabulary those are the largest tensors
+    of an update. Row maxima come from ArgMaxWithValue and row sums
     from a product with ones (decoder.row_sum): MindSpore's CPU ReduceMax/ReduceSum over the vocabulary took
     52-144 ms where these take 6-12 (16 x 128 x 8192 logits)."""
 
-    def __init__(self):
-        super().__init__(auto_prefix=False)
-        self.softmax = ops.Softmax(-1)
-
     def _stats(self, logits):
-        """(p, log-sum-exp [.., 1], E_p[z] [.., 1]). No autodiff runs through here, so broadcasts stay implicit
-        (an explicit broadcast_to of a [.., 1] column to the vocabulary costs a pass over memory of its own)."""
+        """(p, log-sum-exp [.., 1], E_p[z] [.., 1]); [.., 1] columns are expanded before they meet the logits
+        (see Broadcasts in models/decoder.py)."""
         m = ops.stop_gradient(logits.max(-1, keepdims=True))
-        e = ops.exp(logits - m)
+        e = ops.exp(logits - expand(m, logits))
         total = row_sum(e)
-        p = e / total
+        p = e / expand(total, e)
         return p, m + ops.log(total), row_sum(p * logits)
 
     def construct(self, logits, targets):
@@ -38,23 +34,11 @@ class TokenStats(nn.Cell):
         return (picked - lse).squeeze(-1), (lse - mean_z).squeeze(-1)
 
     def bprop(self, logits, targets, out, dout):
-        d_logp, d_ent = ops.expand_dims(dout[0], -1), ops.expand_dims(dout[1], -1)
+        d_logp = expand(ops.expand_dims(dout[0], -1), logits)
+        d_ent = expand(ops.expand_dims(dout[1], -1), logits)
         p, _, mean_z = self._stats(logits)
         onehot = ops.one_hot(targets, logits.shape[-1], ops.ones((), logits.dtype), ops.zeros((), logits.dtype))
-        return onehot * d_logp - p * (d_logp + d_ent * (logits - mean_z)), ops.zeros_like(targets)
-
-
-def token_log_probs(logits, targets):
-    """logits [B, T, V] float32, targets [B, T] -> log p(target) [B, T], without a full log-softmax tensor."""
-    lse = ops.logsumexp(logits, -1)
-    picked = ops.gather_elements(logits, -1, ops.expand_dims(targets, -1)).squeeze(-1)
-    return picked - lse
-
-
-def token_entropy(logits):
-    lse = ops.logsumexp(logits, -1, True)
-    probs = ops.exp(logits - lse)
-    return lse.squeeze(-1) - (probs * logits).sum(-1)
+        return onehot * d_logp - p * (d_logp + d_ent * (logits - expand(mean_z, logits))), ops.zeros_like(targets)
 
 
 class LogProbCell(nn.Cell):
@@ -68,15 +52,14 @@ class LogProbCell(nn.Cell):
         self.lm = lm
         self.inv_t = 1.0 / float(temperature)
         self.with_entropy = with_entropy
+        self.stats = TokenStats()
 
     def construct(self, input_ids, attention_mask):
         logits = self.lm(input_ids, attention_mask)[:, :-1, :]
         if self.inv_t != 1.0:
             logits = logits * self.inv_t
-        logp = token_log_probs(logits, input_ids[:, 1:])
-        if self.with_entropy:
-            return logp, token_entropy(logits)
-        return logp, ops.zeros_like(logp)
+        logp, entropy = self.stats(logits, input_ids[:, 1:])
+        return logp, entropy if self.with_entropy else ops.zeros_like(logp)
 
 
 def score_sequences(cell: LogProbCell, input_ids: np.ndarray, attention_mask: np.ndarray, micro_batch_size: int):
@@ -123,7 +106,7 @@ class LogProbsAndEntropy(nn.Cell):
             return self.single(logits, targets)
         local_v = logits.shape[-1]
         m = ops.stop_gradient(self.gather(logits.max(-1, keepdims=True)).max(-1, keepdims=True))
-        e = ops.exp(logits - m)
+        e = ops.exp(logits - expand(m, logits))
         total = self.reduce(e.sum(-1))
         lse = m.squeeze(-1) + ops.log(total)
         local = targets - self.tp.rank * local_v

@@ -168,5 +168,6 @@ class VocabEmbedding(nn.Cell):
         inside = ops.logical_and(local >= 0, local < self.local_vocab)
         local = ops.select(inside, local, ops.zeros_like(local))
         out = self.gather(self.weight, local, 0)
-        out = out * ops.expand_dims(inside, -1).astype(out.dtype)
+        out = out * ops.broadcast_to(ops.expand_dims(inside, -1).astype(out.dtype), out.shape)  # explicit: see
+        # Broadcasts in models/decoder.py
         return self.reduce(out)

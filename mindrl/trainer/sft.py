@@ -5,7 +5,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from mindrl.models.scoring import token_log_probs
+from mindrl.models.scoring import TokenStats
 from mindrl.trainer.optim import AdamW
 
 
@@ -15,10 +15,11 @@ class SFTLoss(nn.Cell):
     def __init__(self, lm):
         super().__init__(auto_prefix=False)
         self.lm = lm
+        self.stats = TokenStats()
 
     def construct(self, input_ids, attention_mask, loss_mask):
         logits = self.lm(input_ids, attention_mask)[:, :-1]
-        logp = token_log_probs(logits, input_ids[:, 1:])
+        logp, _ = self.stats(logits, input_ids[:, 1:])
         mask = loss_mask[:, 1:].astype(ms.float32)
         return -(logp * mask).sum() / ops.clamp(mask.sum(), min=1.0)
 
