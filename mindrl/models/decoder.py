@@ -79,8 +79,14 @@ def rope_tables(config: ModelConfig, length: int):
 # 8-layer bench model's update at 4 x 1024 tokens peaked at 16.4 GB before these rules.
 
 
+EXPAND_MIN = 1 << 16  # elements; below it an implicit broadcast's extra buffers are small, and a kernel is saved
+
+
 def expand(small, like):
-    """``small`` broadcast to ``like``'s shape, as an operation of its own (see Broadcasts)."""
+    """``small`` broadcast to ``like``'s shape, as an operation of its own (see Broadcasts), when ``like`` is big
+    enough for that to matter; decode's few rows broadcast implicitly, where every kernel counts."""
+    if small.shape == like.shape or like.size < EXPAND_MIN:
+        return small
     return ops.broadcast_to(small, like.shape)
 
 
@@ -99,8 +105,7 @@ def apply_rope(x, cos, sin, rot):
     broadcastable as [..., S, 1, d] (decode's single position); rot = rotation_matrix(d)."""
     shape = x.shape
     turned = ops.matmul(x.reshape(-1, shape[-1]), rot.astype(x.dtype)).reshape(shape)
-    if cos.shape != shape:
-        cos, sin = expand(cos, x), expand(sin, x)
+    cos, sin = expand(cos, x), expand(sin, x)
     return x * cos + turned * sin
 
 
@@ -176,9 +181,7 @@ class MaskedSoftmax(nn.Cell):
         self.softmax = ops.Softmax(-1)
 
     def construct(self, scores, mask):
-        if mask.shape != scores.shape:  # decode's [b, 1, 1, L] rows; a full sequence's mask comes expanded
-            mask = expand(mask, scores)
-        return self.softmax(scores + mask)
+        return self.softmax(scores + expand(mask, scores))  # a full sequence's mask comes expanded already
 
     def bprop(self, scores, mask, out, dout):
         g = dout * out
