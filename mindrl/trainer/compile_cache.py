@@ -27,10 +27,17 @@ def compile_cache_dir(cfg, topo) -> str:
     import mindspore
     from mindrl import __version__
     from mindrl.models.config import load_model_config
-    model = load_model_config(cfg.actor_config.model)
+
+    def described(path):  # a model config's shapes, and its recompute setting (not an HF field)
+        if not path:
+            return None
+        config = load_model_config(path)
+        return {"hf": config.to_hf_dict(), "recompute": config.recompute}
+    critic, reward = cfg.critic_config, cfg.reward_config
     keyed = {
-        "model": model.to_hf_dict(), "recompute": model.recompute,
-        "ref_model": load_model_config(cfg.ref.model).to_hf_dict() if cfg.ref.model else None,
+        "model": described(cfg.actor_config.model), "ref_model": described(cfg.ref.model),
+        "critic_model": described(critic.model) if critic else None,
+        "reward_model": described(reward.model or reward.load) if reward else None,
         # every section whose settings shape a graph: the critic's and reward model's layouts and micro-batches too
         "fingerprint": cfg.fingerprint("rl_config", "generate_config", "actor_config.tensor_model_parallel_size",
                                        "actor_config.compute_dtype", "runtime.mode", "ref", "critic_config",
