@@ -256,6 +256,14 @@ def test_killed_wrapper_script_stops_the_job(tmp_path, sig):
     assert "wrapper: after" not in out
 
 
+def parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return int(next(line for line in fh if line.startswith("PPid:")).split()[1])
+    except (OSError, StopIteration):
+        return 0
+
+
 def stub_repo(tmp_path, msrun_body):
     """A copy of the launch scripts without a .venv and a fake msrun first on PATH: (env, scripts dir)."""
     fake_bin = tmp_path / "bin"
@@ -295,6 +303,8 @@ def test_detached_launcher_outlives_its_parent(tmp_path, how):
         left = processes_with_tag(tag)
         assert msrun in left, "the detached job was stopped with its parent"
         launcher = [pid for pid in left if b"msrun_launch.sh\0job.py" in open(f"/proc/{pid}/cmdline", "rb").read()]
+        # the launcher's own subshells (a command substitution, a poll) carry its command line for a moment
+        launcher = [pid for pid in launcher if parent_of(pid) not in launcher]
         assert len(launcher) == 1
         os.kill(launcher[0], signal.SIGTERM)
         wait_until_gone(tag, 5)
