@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The embedded default example: GRPO on the tiny arithmetic task, about 10 minutes on 2 CPU cores.
+# The embedded default example: GRPO on the tiny arithmetic task, about 2.5 minutes on 2 idle CPU cores.
 # Sets up .venv, writes and tokenises the prompts into MindRecord, measures held-out greedy accuracy,
 # trains, and measures again. Extra arguments are config overrides, e.g. rl_config.train_iters=10.
 set -euo pipefail

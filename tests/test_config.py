@@ -390,11 +390,16 @@ def test_error_names_file_and_key(ws, extra, key, fragments):
     assert_error(error(ws, extra), key, *fragments)
 
 
-def test_warmup_longer_than_training_warns(ws):
-    """A short trial of a long config is legal; the user is told the lr never leaves warm-up."""
-    with pytest.warns(UserWarning, match=r"actor_config.lr_warmup_iters = 500 is longer than rl_config.train_iters"):
+def test_warmup_longer_than_training_warns(ws, caplog):
+    """A short trial of a long config is legal; the user is told, in one log line, that the lr never leaves
+    warm-up (a log record: warnings.warn would print the source line of the config rule after the message)."""
+    with caplog.at_level("WARNING", logger="mindrl.config"):
         cfg = load(ws, {"actor_config": {"lr_warmup_iters": 500}})
     assert cfg.actor_config.lr_warmup_iters == 500
+    assert [r.getMessage() for r in caplog.records] == [
+        f"actor_config.lr_warmup_iters = 500 is longer than rl_config.train_iters = {cfg.rl_config.train_iters}: "
+        "the learning rate stays in warm-up"]
+    assert cfg.rl_config.train_iters < 500
 
 
 @pytest.mark.parametrize("dotted", ["actor_config.model", "actor_config.tokenizer_name_or_path",

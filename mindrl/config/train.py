@@ -5,6 +5,7 @@ msrun's scheduler process loads configs before ``init()``.
 """
 from __future__ import annotations
 
+import logging
 import os
 
 from mindrl.config.loader import ConfigKind, Errors, PathChecks, _fmt_num, _show
@@ -315,9 +316,10 @@ def _check_rules(cfg: TrainConfig, explicit: set[str], err: Errors) -> None:
                 f"cannot be combined with lr_warmup_iters = {actor.lr_warmup_iters}; set only one")
     if actor.lr_warmup_iters > rl.train_iters:
         # legal (a short trial run of a long config), but the lr never reaches actor_config.lr: say so
-        import warnings
-        warnings.warn(f"actor_config.lr_warmup_iters = {actor.lr_warmup_iters} is longer than "
-                      f"rl_config.train_iters = {rl.train_iters}: the learning rate stays in warm-up", stacklevel=2)
+        # a log line, not warnings.warn: that would print this file's source line after the message
+        logging.getLogger("mindrl.config").warning(
+            "actor_config.lr_warmup_iters = %d is longer than rl_config.train_iters = %d: the learning rate stays "
+            "in warm-up", actor.lr_warmup_iters, rl.train_iters)
     if not actor.finetune and actor.load is None:
         err.add("actor_config.load",
                 "is required when finetune is false (resuming needs the checkpoint directory "
