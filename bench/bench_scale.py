@@ -53,7 +53,10 @@ def run_case(model, new_tokens, micro, a, trl):
     out = {"model": model, "params": params, "new_tokens": new_tokens, "micro": micro}
     out["mindrl"] = common.run_side(sys.executable, GRPO, "mindrl", d, flags, a.threads)
     if trl:
-        out["trl"] = common.run_side(sys.executable, GRPO, "trl", d, flags, a.threads)
+        try:  # TRL may not fit at the biggest size: report that instead of losing the cases already run
+            out["trl"] = common.run_side(sys.executable, GRPO, "trl", d, flags, a.threads)
+        except SystemExit as e:
+            out["trl_failed"] = str(e)
     return out
 
 
@@ -68,7 +71,7 @@ def steady(values):
 
 def report(results):
     print(f"\n{'case':20} {'params':>8} {'step s':>8} {'rollout':>8} {'old_lp':>7} {'update':>7} {'other':>6} "
-          f"{'e2e_tps':>8} {'peak GB':>8} {'floor s':>8} {'of floor':>8} {'TRL s':>7} {'x TRL':>6}")
+          f"{'e2e_tps':>8} {'peak GB':>8} {'floor s':>8} {'of floor':>8} {'TRL s':>7} {'x TRL':>6} {'TRL GB':>7}")
     rows = []
     for r in results:
         m = r["mindrl"]
@@ -83,7 +86,8 @@ def report(results):
         print(f"{name:20} {r['params'] / 1e6:7.0f}M {step:8.2f} {split['timing/rollout']:8.2f} "
               f"{split['timing/old_log_p']:7.2f} {split['timing/update']:7.2f} {other:6.2f} {tokens / step:8.1f} "
               f"{m['peak_rss_gb']:8.2f} {floor:8.2f} {100 * floor / step:7.0f}% "
-              + (f"{trl:7.2f} {trl / step:5.2f}x" if trl else f"{'-':>7} {'-':>6}"))
+              + (f"{trl:7.2f} {trl / step:5.2f}x {r['trl']['peak_rss_gb']:7.2f}" if trl
+                 else f"{'failed' if 'trl_failed' in r else '-':>7} {'-':>6} {'-':>7}"))
         rows.append((r, step, split))
     print("\ngrowth exponent b in time ~ x^b between neighbouring cases (x: parameters, or response tokens):")
     for (a, sa, pa), (b, sb, pb) in zip(rows, rows[1:]):
