@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 
 
@@ -48,7 +47,8 @@ def _build(cfg, run_dir: bool = True):
 
 def _setup_logging():
     """INFO on rank 0; other msrun ranks report only warnings and errors (prefixed with their rank)."""
-    rank = os.environ.get("RANK_ID", "0")
+    from mindrl.parallel.topology import launch_topology
+    rank = str(launch_topology().rank)
     fmt = "%(asctime)s %(name)s %(levelname)s %(message)s" if rank == "0" else \
         f"%(asctime)s [rank {rank}] %(name)s %(levelname)s %(message)s"
     logging.basicConfig(level=logging.INFO if rank == "0" else logging.WARNING, format=fmt)
@@ -130,7 +130,8 @@ def _export_strategy(cfg) -> int:
     """Build and compile every model of the run (static shapes, fixed order), write
     ``<strategy_dir>/<stage>_<model>_strategy/strategy_<rank>.json``, and exit without training."""
     from mindrl.trainer.roles import write_strategy
-    if os.environ.get("RANK_ID", "0") == "0":
+    from mindrl.parallel.topology import launch_topology
+    if launch_topology().rank == 0:
         print("building and compiling every model of the run to write its strategy files (static shapes; a minute "
               "or more for large models) ...", file=sys.stderr, flush=True)
     trainer = _build(cfg, run_dir=False)  # compiles everything: only_save_strategy implies static shapes
