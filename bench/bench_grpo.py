@@ -46,7 +46,8 @@ def make_assets(d, a):
     return model
 
 
-def run_mindrl(d, a):
+def mindrl_trainer(d, a):
+    """mindrl's trainer for the benchmark's settings (bench/profile_grpo.py profiles the same one)."""
     from mindrl.config import load_train_config
     common.preprocess_prompts(d, a)
     over = {"rl_config.train_iters": a.steps, "rl_config.global_batch_size": 2, "rl_config.n_samples_per_prompt": 8,
@@ -66,7 +67,11 @@ def run_mindrl(d, a):
     cfg = load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"),
                             [f"{k}={v}" for k, v in over.items()])
     from mindrl.trainer import RLTrainer
-    t = RLTrainer(cfg)
+    return RLTrainer(cfg)
+
+
+def run_mindrl(d, a):
+    t = mindrl_trainer(d, a)
     times, tps, split = [], [], []
     for _ in range(a.steps):
         m = t.train_step()

@@ -23,3 +23,23 @@ def test_bench_generate_quick():
     for line in ratios:
         assert float(line.rsplit(":", 1)[1]) > 0
     assert "rows identical" in proc.stdout  # greedy outputs are checked against transformers
+
+
+@pytest.mark.slow
+def test_profile_grpo_quick():
+    """The profiling script runs bench_grpo's mindrl side under MindSpore's profiler and prints kernel time by graph
+    part and by operator type; the shares are read from the profiler's own tables, so they add up to the total."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "profile_grpo.py"), "--quick", "--top", "100"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO, env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    total = float(next(x for x in lines if x.startswith("kernel time:")).split()[2])
+    start = lines.index(next(x for x in lines if x.startswith("by operator type")))
+    rows = [x.split() for x in lines[start + 2:] if x.startswith("  ")]
+    types = {r[0]: float(r[1]) for r in rows}
+    assert "MatMul" in types and types["MatMul"] == max(types.values())  # a decoder's time is its matmuls
+    assert abs(sum(types.values()) - total) <= 0.002 * len(types) + 1e-3
+    parts = {x.split()[0]: float(x.split()[-3]) for x in lines if x.startswith("  ") and x.strip()[:4] in
+             ("forw", "back", "opti")}
+    assert parts["backward"] > 0 and abs(sum(parts.values()) - total) <= 0.003
+    assert "timing/rollout" in proc.stdout and "timing/update" in proc.stdout
