@@ -157,6 +157,10 @@ def main():
     if results["mindrl"] and results["mindrl+recompute"]:
         same = results["mindrl"]["losses"] == results["mindrl+recompute"]["losses"]
         print(f"mindrl's losses with and without recompute identical: {same}")
+    med = {n: sorted(r["times"])[len(r["times"]) // 2] for n, r in results.items() if r}
+    for ours, peer in (("mindrl", "torch"), ("mindrl+recompute", "torch+checkpointing")):
+        if ours in med and peer in med:
+            print(f"ratio {ours}/{peer} update speed: {med[peer] / med[ours]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -43,3 +43,20 @@ def test_profile_grpo_quick():
              ("forw", "back", "opti")}
     assert parts["backward"] > 0 and abs(sum(parts.values()) - total) <= 0.003
     assert "timing/rollout" in proc.stdout and "timing/update" in proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_memory_quick():
+    """The memory benchmark's four sides train the same model on the same tokens: mindrl's first loss equals
+    PyTorch's (an independent implementation), recompute changes no loss, and the speed ratios are printed."""
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "bench_memory.py"), "--quick"],
+                          capture_output=True, text=True, timeout=900, cwd=REPO, env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {x.split()[0]: x.split() for x in proc.stdout.splitlines() if x.split() and x.split()[0] in
+            ("mindrl", "mindrl+recompute", "torch", "torch+checkpointing")}
+    assert len(rows) == 4, proc.stdout
+    losses = {k: float(v[-1]) for k, v in rows.items()}
+    assert abs(losses["mindrl"] - losses["torch"]) < 1e-4 * abs(losses["torch"])
+    assert "losses with and without recompute identical: True" in proc.stdout
+    assert sum(x.startswith("ratio ") for x in proc.stdout.splitlines()) == 2
