@@ -30,11 +30,12 @@ def training_ids(count: int, seed: int):
 
 
 def wrong_answer(pid: int, rng: random.Random) -> str:
-    """A plausible mistake for problem ``pid``, never the right answer. Half the time only the units digit is
-    wrong (uniformly another digit), the mistake the demo policy makes most; a reward model of its size cannot
-    check ``(a + b - c) mod 10``, and these pairs teach it to be indifferent to that digit rather than to prefer
-    some digits, which PPO would exploit. The other half are mistakes it can learn to see: a wrong tens or hundreds
-    digit, an answer off by 10, 20 or 100, a wrong sign or length."""
+    """A plausible mistake for problem ``pid``, never the right answer: the rejected side of a synthetic pair.
+    Half the time only the units digit is wrong (uniformly another digit; the policy's commonest mistake is a units
+    digit one too high); otherwise a wrong tens or hundreds digit, an answer off by 10, 20 or 100, a wrong sign or
+    length. The reward model needs both halves: the coarse mistakes are what it learns to see first, and checking
+    the units digit comes after them (pairs that differ only in the units digit, or only the policy's own
+    mistakes, taught the demo's small reward model next to nothing in the same number of steps)."""
     right = problem(pid)[1]
     while True:
         if rng.random() < 0.5:
@@ -56,7 +57,7 @@ def wrong_answer(pid: int, rng: random.Random) -> str:
 
 
 def write_pairs_jsonl(path: str, ids, seed: int):
-    """Preference pairs for reward-model training: the right answer is chosen, a plausible mistake rejected."""
+    """Synthetic preference pairs for reward-model training: the right answer is chosen, ``wrong_answer`` rejected."""
     rng = random.Random(seed)
     with open(path, "w") as fh:
         for pid in ids:
@@ -76,17 +77,18 @@ if __name__ == "__main__":
     import argparse
     import os
     ap = argparse.ArgumentParser(description="write the tiny-math prompts and the held-out set as jsonl; with "
-                                             "--pairs, preference pairs for reward-model training instead")
+                                             "--pairs, training pairs for the reward model instead")
     ap.add_argument("--out", default="dataset/tiny_math")
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=2)
-    ap.add_argument("--pairs", action="store_true", help="write pairs.jsonl and pairs_heldout.jsonl")
+    ap.add_argument("--pairs", action="store_true", help="write pairs.jsonl (the right answer against a synthetic "
+                                                         "mistake); examples/tiny/sample_pairs.py writes the held-out "
+                                                         "pairs from the policy's own answers")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    if args.pairs:  # other problems than the prompts' (another seed); held-out pairs on the held-out problems
+    if args.pairs:  # other problems than the prompts' (another seed), never a held-out one
         write_pairs_jsonl(os.path.join(args.out, "pairs.jsonl"), training_ids(args.rows, args.seed + 100), args.seed)
-        write_pairs_jsonl(os.path.join(args.out, "pairs_heldout.jsonl"), heldout_ids(), args.seed + 1)
-        print(f"wrote {args.rows} training pairs and 1000 held-out pairs to {args.out}")
+        print(f"wrote {args.rows} training pairs to {args.out}")
     else:
         write_jsonl(os.path.join(args.out, "train.jsonl"), training_ids(args.rows, args.seed))
         write_jsonl(os.path.join(args.out, "heldout.jsonl"), heldout_ids())
