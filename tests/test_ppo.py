@@ -300,11 +300,14 @@ def heldout_sequences(d, limit):
 
 
 def ppo_settings(d, yaml_path=PPO_RM_YAML, **over):
-    """tiny_run_settings on ``yaml_path``, 3 steps; the reward-model yaml's normalize off unless asked."""
+    """tiny_run_settings on ``yaml_path``, 3 steps; for the reward-model yaml: normalize off, one critic warm-up
+    step (its 5 would be longer than the run) and the critic started from the reward model (the default the
+    example overrides), unless asked."""
     from conftest import tiny_run_settings
     settings = tiny_run_settings(d, d / "ppo_logs", **{"rl_config.train_iters": 3})
     if yaml_path == PPO_RM_YAML:
-        settings["reward_config.normalize"] = "false"
+        settings.update({"reward_config.normalize": "false", "rl_config.critic_warmup": 1,
+                         "critic_config.load": "null"})
     settings.update(over)
     return settings
 
