@@ -89,19 +89,18 @@ def report(results):
               + (f"{trl:7.2f} {trl / step:5.2f}x {r['trl']['peak_rss_gb']:7.2f}" if trl
                  else f"{'failed' if 'trl_failed' in r else '-':>7} {'-':>6} {'-':>7}"))
         rows.append((r, step, split))
-    print("\ngrowth exponent b in time ~ x^b between neighbouring cases (x: parameters, or response tokens):")
-    for (a, sa, pa), (b, sb, pb) in zip(rows, rows[1:]):
-        same_len = a["new_tokens"] == b["new_tokens"]
-        same_model = a["model"] == b["model"]
-        if not (same_len or same_model):
-            continue
-        x = (b["params"] / a["params"]) if same_len else (b["new_tokens"] / a["new_tokens"])
-        what = "parameters" if same_len else "response tokens"
-        parts = {"step": (sa, sb), "rollout": (pa["timing/rollout"], pb["timing/rollout"]),
-                 "update": (pa["timing/update"], pb["timing/update"])}
-        print(f"  {a['model']}/{a['new_tokens']} -> {b['model']}/{b['new_tokens']} ({what} x{x:.1f}): "
-              + ", ".join(f"{k} b={math.log(max(v[1], 1e-9) / max(v[0], 1e-9)) / math.log(x):.2f}"
-                          for k, v in parts.items()))
+    print("\ngrowth exponent b in time ~ x^b between cases that differ in one thing (x: parameters, or response "
+          "tokens):")
+    by_size = sorted((x for x in rows if x[0]["new_tokens"] == rows[0][0]["new_tokens"]), key=lambda x: x[0]["params"])
+    by_len = sorted((x for x in rows if x[0]["model"] == rows[0][0]["model"]), key=lambda x: x[0]["new_tokens"])
+    for series, what, key in ((by_size, "parameters", "params"), (by_len, "response tokens", "new_tokens")):
+        for (a, sa, pa), (b, sb, pb) in zip(series, series[1:]):
+            x = b[key] / a[key]
+            parts = {"step": (sa, sb), "rollout": (pa["timing/rollout"], pb["timing/rollout"]),
+                     "update": (pa["timing/update"], pb["timing/update"])}
+            print(f"  {a['model']}/{a['new_tokens']} -> {b['model']}/{b['new_tokens']} ({what} x{x:.1f}): "
+                  + ", ".join(f"{k} b={math.log(max(v[1], 1e-9) / max(v[0], 1e-9)) / math.log(x):.2f}"
+                              for k, v in parts.items()))
 
 
 def main():
