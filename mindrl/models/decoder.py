@@ -87,6 +87,13 @@ def expand(small, like):
     enough for that to matter; decode's few rows broadcast implicitly, where every kernel counts."""
     if small.shape == like.shape or like.size < EXPAND_MIN:
         return small
+    # The two common cases as a product with ones, exact (one term per output) and 2.5-4x faster than CPU
+    # BroadcastTo, which ran at about 2 GB/s (a row statistic [.., 1] along the last axis; a weight [H] over rows).
+    last = like.shape[-1]
+    if small.shape == like.shape[:-1] + (1,):
+        return ops.matmul(small.reshape(-1, 1), ops.ones((1, last), small.dtype)).reshape(like.shape)
+    if small.shape == (last,) or small.shape == (1,) * (len(like.shape) - 1) + (last,):
+        return ops.matmul(ops.ones((like.size // last, 1), small.dtype), small.reshape(1, last)).reshape(like.shape)
     return ops.broadcast_to(small, like.shape)
 
 
