@@ -77,18 +77,29 @@ def wait_until_gone(tag, timeout):
         if not left:
             return time.monotonic() - start
         if time.monotonic() - start > timeout:
+            details = describe(left)  # before the kill: a killed process's command line reads empty
             for pid in left:  # the test must not leak workers even when it fails
                 os.kill(pid, signal.SIGKILL)
-            details = []
-            for pid in left:
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                        cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
-                except OSError:
-                    cmdline = "?"
-                details.append(f"{pid}: {cmdline}")
             raise AssertionError(f"processes of the job survived for {timeout} s: {details}")
         time.sleep(0.1)
+
+
+def describe(pids):
+    """'pid (state, parent, kernel wait channel): command line' of each process, for failure messages."""
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/wchan") as fh:
+                wchan = fh.read().strip()
+        except OSError:
+            out.append(f"{pid}: gone")
+            continue
+        out.append(f"{pid} ({fields[0]}, ppid {fields[1]}, {wchan or '-'}): {cmdline}")
+    return out
 
 
 def children(pid):
@@ -135,7 +146,8 @@ def launch(tmp_path, script_text, *args, timeout=60, watch=None, signal_when_see
     try:
         while proc.poll() is None:
             if time.monotonic() - start > timeout:
-                raise TimeoutError(f"launcher still running after {timeout} s")
+                raise TimeoutError(f"launcher still running after {timeout} s: "
+                                   f"{describe([proc.pid] + processes_with_tag(tag))}")
             if watch and seen_at is None:
                 log = log_dir / watch[0]
                 if log.exists() and watch[1] in log.read_text(errors="replace"):
