@@ -24,7 +24,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 import common
@@ -132,7 +131,7 @@ def main():
         print("RESULT " + json.dumps({"times": times, "split": split, "limits": limits, "peak_rss_gb": peak}),
               flush=True)
         return
-    d = tempfile.mkdtemp(prefix="bench_grpo_")
+    d = common.scratch_dir("bench_grpo_")
     params = sum(p.numel() for p in make_assets(d, a).parameters())
     args = [x for x in sys.argv[1:]]
     results = {side: common.run_side(sys.executable, __file__, side, d, args, a.threads) for side in ("mindrl", "trl")}

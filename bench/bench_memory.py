@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 
@@ -134,7 +133,7 @@ def main():
         print("RESULT " + json.dumps(out), flush=True)
         return
     a.prompt_len, a.new_tokens = a.seq_len, 0  # the model's context must hold the sequences
-    d = tempfile.mkdtemp(prefix="bench_memory_")
+    d = common.scratch_dir("bench_memory_")
     params = sum(p.numel() for p in common.make_assets(d, a).parameters())
     flags = [x for x in sys.argv[1:]]
     results = {}

@@ -35,7 +35,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import common
@@ -259,7 +258,7 @@ def main():
         if a.check_trl:
             print(f"bench_ppo: {a.trl_python} has TRL's PPO trainer")
             return
-    d = tempfile.mkdtemp(prefix="bench_ppo_")
+    d = common.scratch_dir("bench_ppo_")
     make_assets(d, a)
     results = {side: common.run_side(sys.executable if side == "mindrl" else a.trl_python, __file__, side, d,
                                      side_args(a), a.threads) for side in sides}

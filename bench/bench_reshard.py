@@ -16,10 +16,12 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
 
 
 def free_port():
@@ -38,7 +40,7 @@ def main():
     from pathlib import Path
     from mindrl.models.config import ModelConfig
     from mindrl.models.lm import PretrainedLM, build_network
-    d = make_grpo_workdir(Path(tempfile.mkdtemp(prefix="bench_reshard_")))
+    d = make_grpo_workdir(Path(common.scratch_dir("bench_reshard_")))
     cfg = ModelConfig(model_type="qwen2", vocab_size=192, hidden_size=a.hidden, intermediate_size=a.hidden * 11 // 4,
                       num_layers=a.layers, num_heads=8, n_kv_heads=2, max_position_embeddings=64,
                       tie_word_embeddings=False, qkv_bias=True, eos_token_id=2, pad_token_id=0).validate()

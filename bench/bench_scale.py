@@ -24,7 +24,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 
 import common
 
@@ -46,7 +45,7 @@ QUICK = [("tiny", 16, 16), ("tiny", 32, 8)]
 
 
 def run_case(model, new_tokens, micro, a, trl):
-    d = tempfile.mkdtemp(prefix=f"bench_scale_{model}_{new_tokens}_")
+    d = common.scratch_dir(f"bench_scale_{model}_{new_tokens}_")
     flags = MODELS[model] + ["--new-tokens", str(new_tokens), "--prompt-len", str(prompt_len(model)),
                              "--micro-batch", str(micro), "--steps", str(a.steps), "--threads", str(a.threads)]
     params = sum(p.numel() for p in __import__("bench_grpo").make_assets(d, common.parse_model_args(flags)).parameters())
