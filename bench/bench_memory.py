@@ -146,17 +146,16 @@ def main():
     print(f"\nOne update (forward, backward, clip, AdamW) of {a.batch} x {a.seq_len} tokens, model L{a.layers} "
           f"H{a.hidden} GQA {a.heads}/{a.kv_heads} V{a.vocab} ({params / 1e6:.1f}M), fp32, {a.threads} threads")
     print(f"{'side':22} {'update peak GB':>15} {'process peak GB':>16} {'median step s':>14}   first loss")
+    med = {n: sorted(r["times"])[len(r["times"]) // 2] for n, r in results.items() if r}
     for name, r in results.items():
         if r is None:
             print(f"{name:22} {'failed (out of memory?)':>15}")
             continue
-        times = sorted(r["times"])
-        print(f"{name:22} {r['update_peak_gb']:15.2f} {r['peak_gb']:16.2f} {times[len(times) // 2]:14.2f}   "
+        print(f"{name:22} {r['update_peak_gb']:15.2f} {r['peak_gb']:16.2f} {med[name]:14.2f}   "
               f"{r['losses'][0]:.6f}")
     if results["mindrl"] and results["mindrl+recompute"]:
         same = results["mindrl"]["losses"] == results["mindrl+recompute"]["losses"]
         print(f"mindrl's losses with and without recompute identical: {same}")
-    med = {n: sorted(r["times"])[len(r["times"]) // 2] for n, r in results.items() if r}
     for ours, peer in (("mindrl", "torch"), ("mindrl+recompute", "torch+checkpointing")):
         if ours in med and peer in med:
             print(f"ratio {ours}/{peer} update speed: {med[peer] / med[ours]:.2f}x")

@@ -20,7 +20,6 @@ import collections
 import csv
 import glob
 import os
-import shutil
 import sys
 import tempfile
 
@@ -65,7 +64,8 @@ def main():
     common.apply_quick(a, steps=a.steps)
     sys.path.insert(0, HERE)
     import bench_grpo
-    d = tempfile.mkdtemp(prefix="profile_grpo_")
+    # removed at exit (even when the run fails) unless --keep
+    d = tempfile.mkdtemp(prefix="profile_grpo_") if a.keep else common.scratch_dir("profile_grpo_")
     params = sum(p.numel() for p in bench_grpo.make_assets(d, a).parameters())
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
 
@@ -103,8 +103,6 @@ def main():
               f"{int(r['type_occurrences']) / profiled:10.0f} {float(r['avg_time(ms)']):8.3f}")
     if a.keep:
         print(f"profiler output kept in {prof_dir}")
-    else:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
