@@ -79,14 +79,14 @@ stop_job() {  # TAG [LEADER]: SIGTERM to every process of the job (and LEADER's 
 }
 
 watchdog() {  # LAUNCHER_PID LAUNCHER_START TAG LOG: when the launcher is gone (even SIGKILL), stop its job
-  local nap=""
   trap '' INT HUP  # in its own session; only a signal sent to it by pid reaches it
-  # SIGTERM from the launcher: the job is over, quit at once (wait returns on a trapped signal; the nap goes too)
-  trap '[ -n "$nap" ] && kill "$nap" 2>/dev/null; exit 0' TERM
+  # SIGTERM from the launcher: the job is over, quit at once (wait returns on a trapped signal). The nap goes too:
+  # every background job, since the signal can land between 'sleep &' and reading its pid from $!
+  # shellcheck disable=SC2046
+  trap 'kill $(jobs -p) 2>/dev/null; exit 0' TERM
   while proc_stat "$1" && [ "${PSTAT[0]}" != Z ] && [ "${PSTAT[19]}" = "$2" ]; do
     sleep "$POLL_INTERVAL" &
-    nap=$!
-    wait "$nap"
+    wait $!
   done
   trap - TERM
   if [ -n "$(job_pids "$3")" ]; then
@@ -166,6 +166,12 @@ LAUNCHER_START=${PSTAT[19]}
 WATCH_PARENT=$STOP_WITH_PARENT
 sig_ignored=$(sed -n 's/^SigIgn:[[:space:]]*//p' "/proc/$$/status")
 if (( 0x${sig_ignored:-0} & 1 )) || [ "${PSTAT[3]}" = $$ ] || [ "$PARENT_PID" -le 1 ]; then WATCH_PARENT=0; fi
+# A signal ignored when a shell starts cannot be trapped (POSIX): say so rather than seem to ignore it later.
+# nohup ignores SIGHUP; a non-interactive shell starts its '&' jobs with SIGINT (and SIGQUIT) ignored.
+ignored_names=""
+(( 0x${sig_ignored:-0} & 2 )) && ignored_names="SIGINT"
+(( 0x${sig_ignored:-0} & 1 )) && ignored_names="${ignored_names:+$ignored_names and }SIGHUP"
+[ -n "$ignored_names" ] && say "$ignored_names ignored (inherited from the process that started this one): they will not stop the job; SIGTERM will"
 
 # shellcheck disable=SC2086
 set -- --worker_num="$WORLD" --local_worker_num="$WORKERS_PER_NODE" --master_addr="$MASTER_ADDR" \

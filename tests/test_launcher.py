@@ -116,6 +116,14 @@ def children(pid):
     return found
 
 
+def default_signals():
+    """preexec_fn: the child starts with SIGINT, SIGQUIT, SIGHUP and SIGTERM at their defaults, whatever the test
+    runner inherited. A shell cannot trap a signal ignored at its start: pytest run as a script's '&' job ignores
+    SIGINT, under nohup SIGHUP, and the launcher would then (rightly) not act on them."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def job_env(tmp_path, **extra):
     """Environment for one job: a free port, logs under tmp_path, and a unique tag every process inherits."""
     tag = uuid.uuid4().hex
@@ -141,7 +149,8 @@ def launch(tmp_path, script_text, *args, timeout=60, watch=None, signal_when_see
     env, tag = job_env(tmp_path, **extra_env)
     start = time.monotonic()
     proc = subprocess.Popen(command or ["bash", LAUNCHER, str(script), *args], env=env, cwd=str(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_signals)
     seen_at = None
     try:
         while proc.poll() is None:
@@ -302,7 +311,8 @@ def test_detached_launcher_outlives_its_parent(tmp_path, how):
     prefix = "nohup " if how == "nohup" else "STOP_WITH_PARENT=0 "
     (tmp_path / "wrapper.sh").write_text(f'{prefix}bash "{scripts}/msrun_launch.sh" job.py\n')
     proc = subprocess.Popen(["bash", str(tmp_path / "wrapper.sh")], env=env, cwd=str(tmp_path),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=default_signals)
     try:
         deadline = time.monotonic() + 20
         while not (tmp_path / "args.txt").exists() or not (tmp_path / "args.txt").read_text().strip():
@@ -376,3 +386,44 @@ def test_disagreeing_worker_counts_are_refused(tmp_path, given, named, script):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and all(name in lines[0] for name in named), res.stderr
     assert not (tmp_path / "args.txt").exists()  # refused before msrun
+
+
+@pytest.mark.parametrize("ignored", [(signal.SIGINT,), (signal.SIGHUP,), (signal.SIGINT, signal.SIGHUP)],
+                         ids=["INT", "HUP", "INT+HUP"])
+def test_signals_ignored_at_start_are_named_and_sigterm_still_stops(tmp_path, ignored):
+    """A launcher started with SIGINT ignored (a script's '&' job) or SIGHUP ignored (nohup) cannot trap them: it says
+    so at start, those signals leave the job running, and SIGTERM stops it (exit 143, nothing left)."""
+    env, scripts = stub_repo(tmp_path, 'echo $$ > "$ARGS_OUT"; exec sleep 60\n')
+    tag = uuid.uuid4().hex
+    env["MINDRL_LAUNCH_TEST"] = tag
+
+    def start_ignoring():
+        default_signals()
+        for sig in ignored:
+            signal.signal(sig, signal.SIG_IGN)
+
+    proc = subprocess.Popen(["bash", str(scripts / "msrun_launch.sh"), "job.py"], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=start_ignoring)
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "args.txt").exists() or not (tmp_path / "args.txt").read_text().strip():
+            assert time.monotonic() < deadline and proc.poll() is None, "the stub msrun never started"
+            time.sleep(0.1)
+        for sig in ignored:
+            os.kill(proc.pid, sig)
+        time.sleep(1.5)  # three of the launcher's polls
+        assert proc.poll() is None, f"the launcher acted on an ignored signal (exit {proc.returncode})"
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 143, err
+        names = " and ".join(sig.name for sig in (signal.SIGINT, signal.SIGHUP) if sig in ignored)
+        notice = [line for line in err.splitlines() if "ignored (inherited" in line]
+        assert len(notice) == 1 and notice[0].startswith(f"msrun_launch: {names} ignored"), err
+        assert "SIGTERM will" in notice[0]
+        wait_until_gone(tag, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in processes_with_tag(tag):
+            os.kill(pid, signal.SIGKILL)
