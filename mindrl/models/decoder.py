@@ -17,6 +17,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
+from mindrl.models.broadcast import expand, row_mean, row_sum
 from mindrl.models.config import ModelConfig
 from mindrl.parallel.layers import SINGLE, ColumnLinear, RowLinear, TPContext, VocabEmbedding
 
@@ -71,32 +72,6 @@ def rope_tables(config: ModelConfig, length: int):
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
-# Broadcasts. On MindSpore 2.10's CPU backend an elementwise operation whose operands differ in shape (x * w with
-# w [H], scores + mask) holds about four extra buffers of its output's size until the whole graph has run, forward
-# graphs included (measured: six x * r with r [N, 1] on a 134 MB x took 3.3 GB, and 0.4 GB after an explicit
-# broadcast_to; scalars are free), and autodiff through it keeps more. So every operation on activations here
-# gets operands of equal shapes (expand()), and the tables every layer shares are expanded once per forward. The
-# 8-layer bench model's update at 4 x 1024 tokens peaked at 16.4 GB before these rules.
-
-
-EXPAND_MIN = 1 << 16  # elements; below it an implicit broadcast's extra buffers are small, and a kernel is saved
-
-
-def expand(small, like):
-    """``small`` broadcast to ``like``'s shape, as an operation of its own (see Broadcasts), when ``like`` is big
-    enough for that to matter; decode's few rows broadcast implicitly, where every kernel counts."""
-    if small.shape == like.shape or like.size < EXPAND_MIN:
-        return small
-    # The two common cases as a product with ones, exact (one term per output) and 2.5-4x faster than CPU
-    # BroadcastTo, which ran at about 2 GB/s (a row statistic [.., 1] along the last axis; a weight [H] over rows).
-    last = like.shape[-1]
-    if small.shape == like.shape[:-1] + (1,):
-        return ops.matmul(small.reshape(-1, 1), ops.ones((1, last), small.dtype)).reshape(like.shape)
-    if small.shape == (last,) or small.shape == (1,) * (len(like.shape) - 1) + (last,):
-        return ops.matmul(ops.ones((like.size // last, 1), small.dtype), small.reshape(1, last)).reshape(like.shape)
-    return ops.broadcast_to(small, like.shape)
-
-
 def rotation_matrix(d: int) -> np.ndarray:
     """R with x @ R == rotate_half(x) == concat(-x[d/2:], x[:d/2]): one MatMul kernel instead of two slices, a
     negation and a concatenation, per rotated tensor (decode runs a kernel count, not FLOPs, per token)."""
@@ -107,23 +82,24 @@ def rotation_matrix(d: int) -> np.ndarray:
     return r
 
 
+def rope_matrices(cos, sin, rot, q_scale):
+    """Decode's rotation as one matrix per row, shared by every layer: x @ M == x * cos + rotate_half(x) * sin
+    with M = diag(cos) + rot * sin (two terms per output), so each layer rotates q and k with one BatchMatMul each
+    instead of a MatMul, two Muls and an Add each, and q's attention scale rides in its matrix.
+    cos/sin [b, d] -> (M_q, M_k), [b, d, d]."""
+    b, d = cos.shape
+    eye = ops.eye(d, d, cos.dtype).reshape(1, d, d)
+    m = eye * cos.reshape(b, 1, d) + rot.astype(cos.dtype).reshape(1, d, d) * sin.reshape(b, 1, d)
+    return m * q_scale, m
+
+
 def apply_rope(x, cos, sin, rot):
-    """x [..., S, H, d]; cos/sin at x's shape (Backbone expands them once per forward: see Broadcasts) or
-    broadcastable as [..., S, 1, d] (decode's single position); rot = rotation_matrix(d)."""
+    """x [..., S, H, d]; cos/sin at x's shape (Backbone expands them once per forward: see models/broadcast.py);
+    rot = rotation_matrix(d)."""
     shape = x.shape
     turned = ops.matmul(x.reshape(-1, shape[-1]), rot.astype(x.dtype)).reshape(shape)
     cos, sin = expand(cos, x), expand(sin, x)
     return x * cos + turned * sin
-
-
-def row_sum(x):
-    """Sum over the last axis, keeping it (size 1), as a product with a ones vector. On MindSpore's CPU backend
-    ReduceSum/ReduceMean over the last axis ran 5-10x slower than that product (a [3072, 512] row mean: 8.2 vs
-    0.96 ms; [2048, 8192]: 52 vs 12 ms), and an RMSNorm takes one per token per norm."""
-    n = x.shape[-1]
-    out = ops.matmul(x.reshape(-1, n), ops.ones((n, 1), x.dtype))
-    return out.reshape(x.shape[:-1] + (1,))
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -148,9 +124,9 @@ class RMSNorm(nn.Cell):
 class _RMSNormFunction(nn.Cell):
     """y = w * x / sqrt(mean(x^2) + eps) over the last axis, statistics in float32, with its own backward:
         n = x * r,  g = w * dy,  dx = r * (g - n * mean(g * n)),  dw = sum over rows of dy * n
-    (r = 1 / sqrt(mean(x^2) + eps)). Row means are products with ones (row_sum) and the weight's gradient one
-    product over the rows: through autodiff, MindSpore's reductions of the broadcasts took about 0.5 s of a
-    31M-parameter GRPO update on CPU, and kept broadcast-sized tensors alive (see Broadcasts)."""
+    (r = 1 / sqrt(mean(x^2) + eps)). Row means are products with a constant vector (row_mean) and the weight's
+    gradient one product over the rows: through autodiff, MindSpore's reductions of the broadcasts took about 0.5 s
+    of a 31M-parameter GRPO update on CPU, and kept broadcast-sized tensors alive (see models/broadcast.py)."""
 
     def __init__(self, eps):
         super().__init__()
@@ -159,7 +135,7 @@ class _RMSNormFunction(nn.Cell):
     def _normed(self, x):
         """(x * r, r expanded to x's shape) in float32."""
         x = x.astype(ms.float32)
-        r = expand(ops.rsqrt(row_sum(x * x) / x.shape[-1] + self.eps), x)
+        r = expand(ops.rsqrt(row_mean(x * x) + self.eps), x)
         return x * r, r
 
     def construct(self, x, w):
@@ -170,7 +146,7 @@ class _RMSNormFunction(nn.Cell):
         n, r = self._normed(x)
         dy = dout.astype(ms.float32)
         g = dy * expand(w.astype(ms.float32), dy)
-        dx = r * (g - n * expand(row_sum(g * n) / x.shape[-1], n))
+        dx = r * (g - n * expand(row_mean(g * n), n))
         rows = (dy * n).reshape(-1, x.shape[-1])
         dw = ops.matmul(ops.ones((1, rows.shape[0]), ms.float32), rows).reshape(w.shape)
         return dx.astype(x.dtype), dw.astype(w.dtype)
@@ -181,7 +157,7 @@ class MaskedSoftmax(nn.Cell):
 
     Its own backward, dx = p * (dout - sum(dout * p)), keeps only p and expands the row sums explicitly:
     through MindSpore's Softmax backward, which broadcasts them implicitly, an update kept about six scores-sized
-    tensors per layer alive until the backward finished, and about three with this one (see Broadcasts)."""
+    tensors per layer alive until the backward finished, and about three with this one (see models/broadcast.py)."""
 
     def __init__(self):
         super().__init__()
@@ -202,7 +178,6 @@ class Attention(nn.Cell):
         self.n_heads = cfg.num_heads // tp.size          # local heads
         self.n_kv = cfg.n_kv_heads // tp.size            # local KV heads
         self.rep = cfg.num_heads // cfg.n_kv_heads       # query heads per KV head
-        self.scale = 1.0 / math.sqrt(cfg.head_dim)
         if cfg.n_kv_heads % tp.size:
             raise ValueError(f"n_kv_heads={cfg.n_kv_heads} not divisible by tensor parallel size {tp.size}")
         kw = dict(tp=tp, compute_dtype=cdt, param_dtype=pdt, std=cfg.initializer_range)
@@ -221,9 +196,8 @@ class Attention(nn.Cell):
         self.rot = Tensor(rotation_matrix(cfg.head_dim))
         self.copy = tp.copy_region()
 
-    def _qkv(self, x, cos, sin):
-        """cos/sin: (for q, for k) pairs of rotary tables (Backbone._rope_and_mask, CausalLM.decode)."""
-        """Project and rotate: q [B,S,H,d], k/v [B,S,KV,d] (local heads under tensor parallelism)."""
+    def _project(self, x):
+        """q [B,S,H,d], k/v [B,S,KV,d] (local heads under tensor parallelism), q and k normed (Qwen3), not rotated."""
         if self.copy is not None:
             x = self.copy(x)
         b, s, _ = x.shape
@@ -233,15 +207,23 @@ class Attention(nn.Cell):
         if self.qk_norm:
             q = self.q_norm(q)
             k = self.k_norm(k)
+        return q, k, v
+
+    def _qkv(self, x, cos, sin):
+        """Project and rotate. cos/sin: (for q, for k) pairs of rotary tables at q's and k's shapes, q's scaled by
+        1/sqrt(d) (Backbone._rope_and_mask): q comes out with the attention scale applied."""
+        q, k, v = self._project(x)
         return apply_rope(q, cos[0], sin[0], self.rot), apply_rope(k, cos[1], sin[1], self.rot), v
 
     def _attend(self, q, k, v, mask):
-        """q [B,S,H,d]; k/v [B,KV,L,d]; mask additive, [B,1,R*S,L] or broadcastable to it -> [B,S,H*d].
+        """q [B,S,H,d] (scaled by 1/sqrt(d)); k/v [B,KV,L,d]; mask additive, [B,1,R*S,L] or broadcastable to it ->
+        [B,S,H*d].
 
         Few operations touch the [B, KV, R*S, L] scores, and none reshapes them: each one differentiated costs a
-        scores-sized tensor per layer in the update. The scale goes on q, the mask comes tiled to the R*S rows."""
+        scores-sized tensor per layer in the update. The scale is on q already, the mask comes tiled to the R*S
+        rows."""
         b, s, _, d = q.shape
-        q = (q * self.scale).reshape(b, s, self.n_kv, self.rep, d).transpose(0, 2, 3, 1, 4)
+        q = q.reshape(b, s, self.n_kv, self.rep, d).transpose(0, 2, 3, 1, 4)
         scores = self.bmm_t(q.reshape(b, self.n_kv, self.rep * s, d), k)  # [B, KV, R*S, L]
         if scores.dtype != ms.float32:
             scores = scores.astype(ms.float32)
@@ -270,12 +252,17 @@ class Attention(nn.Cell):
         done = ops.depend(ops.scatter_nd_update(k_cache, rows, k_rows), ops.scatter_nd_update(v_cache, rows, v_rows))
         return ops.depend(out, done)
 
-    def decode(self, x, cos, sin, mask, k_cache, v_cache, write_idx):
-        """One new token per row: write its K/V at (row, kv, pos), attend over the cache rows in use."""
-        b = x.shape[0]
-        q, k, v = self._qkv(x, cos, sin)                                    # q [b,1,H,d], k/v [b,1,KV,d]
-        k_all = ops.depend(k_cache, ops.scatter_nd_update(k_cache, write_idx, k.reshape(b, self.n_kv, -1)))
-        v_all = ops.depend(v_cache, ops.scatter_nd_update(v_cache, write_idx, v.reshape(b, self.n_kv, -1)))
+    def decode(self, x, rope, mask, k_cache, v_cache, write_idx):
+        """One new token per row: write its K/V at (row, kv, pos), attend over the cache rows in use.
+        rope: (M_q, M_k) from rope_matrices(), this step's rotation (and q's scale) for every row.
+        (A flat cache written with ScatterUpdate was tried: its write is 4x cheaper than ScatterNdUpdate's, which
+        copies the buffer, but reading it back as [b, KV, L, d] costs a Reshape copy, and the step was no faster.)"""
+        b, d = x.shape[0], self.head_dim
+        q, k, v = self._project(x)                                          # q [b,1,H,d], k/v [b,1,KV,d]
+        q = self.bmm(q.reshape(b, self.n_heads, d), rope[0]).reshape(b, 1, self.n_heads, d)
+        k = self.bmm(k.reshape(b, self.n_kv, d), rope[1])
+        k_all = ops.depend(k_cache, ops.scatter_nd_update(k_cache, write_idx, k))
+        v_all = ops.depend(v_cache, ops.scatter_nd_update(v_cache, write_idx, v.reshape(b, self.n_kv, d)))
         if k_all.shape[0] != b:
             k_all = k_all[:b]
             v_all = v_all[:b]
@@ -313,8 +300,8 @@ class DecoderLayer(nn.Cell):
         x = x + self.self_attn.prefill(self.input_layernorm(x), cos, sin, mask, k_cache, v_cache, rows)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def decode(self, x, cos, sin, mask, k_cache, v_cache, write_idx):
-        x = x + self.self_attn.decode(self.input_layernorm(x), cos, sin, mask, k_cache, v_cache, write_idx)
+    def decode(self, x, rope, mask, k_cache, v_cache, write_idx):
+        x = x + self.self_attn.decode(self.input_layernorm(x), rope, mask, k_cache, v_cache, write_idx)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -335,6 +322,8 @@ class Backbone(nn.Cell):
         # constants, not Parameters: they are never trained nor saved
         self.cos_table = Tensor(cos)
         self.sin_table = Tensor(sin)
+        self.rot = Tensor(rotation_matrix(cfg.head_dim))
+        self.q_scale = 1.0 / math.sqrt(cfg.head_dim)  # attention's, applied to q with its rotation
         self.cdt = {"float32": ms.float32, "float16": ms.float16}[cdt]
 
     def _rope(self, positions):
@@ -346,7 +335,8 @@ class Backbone(nn.Cell):
         return self.embed_tokens(input_ids).astype(self.cdt)
 
     def _rope_and_mask(self, attention_mask):
-        """Rotary tables at each token's position (padding skipped), as (for q, for k) pairs, and the additive
+        """Rotary tables at each token's position (padding skipped), as (for q, for k) pairs, q's scaled by the
+        attention scale 1/sqrt(d) (one multiply per forward instead of one per layer), and the additive
         causal+padding mask at the attention scores' shape [B, KV, R*T, T] (R query heads per KV head; see
         Attention._attend)."""
         mask_i = attention_mask.astype(ms.int32)
@@ -361,10 +351,10 @@ class Backbone(nn.Cell):
         mask = ops.broadcast_to(ops.tile(add_mask.reshape(b, 1, t, t), (1, 1, rep, 1)),
                                 (b, self.local_kv_heads, rep * t, t))
         # the mask and the rotary tables at the scores', q's and k's full shapes, once for every layer (see
-        # Broadcasts); constants of the step: no gradient is formed for them (each layer's would be summed)
+        # models/broadcast.py); constants of the step: no gradient is formed for them (each layer's would be summed)
         tables = []
         for table in (cos, sin):
-            tables.append((ops.stop_gradient(ops.broadcast_to(table, (b, t, self.local_heads, d))),
+            tables.append((ops.stop_gradient(ops.broadcast_to(table * self.q_scale, (b, t, self.local_heads, d))),
                            ops.stop_gradient(ops.broadcast_to(table, (b, t, self.local_kv_heads, d)))))
         return tables[0], tables[1], ops.stop_gradient(mask)
 
@@ -440,9 +430,8 @@ class CausalLM(nn.Cell):
         bb = self.model
         b = tokens.shape[0]
         length = k_caches[0].shape[2]
-        rot = ops.relu(pos - start).reshape(b, 1)
-        cos, sin = bb._rope(rot)
-        cos, sin = (cos, cos), (sin, sin)  # forward only: [b, 1, 1, d] broadcasts implicitly
+        cos, sin = bb._rope(ops.relu(pos - start).reshape(b, 1))
+        rope = rope_matrices(cos.reshape(b, -1), sin.reshape(b, -1), bb.rot, bb.q_scale)
         slots = ops.arange(length).astype(ms.int32).reshape(1, length)
         valid = ops.logical_and(slots >= start.reshape(b, 1), slots <= pos)
         add_mask = ops.select(valid, ops.zeros(valid.shape, ms.float32),
@@ -454,5 +443,5 @@ class CausalLM(nn.Cell):
                                 ops.broadcast_to(pos.reshape(1, 1, 1), (b, kv.shape[1], 1))), -1)
         h = bb._embed(tokens.reshape(b, 1))
         for i, layer in enumerate(bb.layers):
-            h = layer.decode(h, cos, sin, add_mask, k_caches[i], v_caches[i], write_idx)
+            h = layer.decode(h, rope, add_mask, k_caches[i], v_caches[i], write_idx)
         return self.full_logits(bb.norm(h), head_t).squeeze(1)

@@ -5,7 +5,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from mindrl.models.decoder import expand, row_sum
+from mindrl.models.broadcast import expand, row_sum
 
 
 class TokenStats(nn.Cell):
@@ -14,14 +14,14 @@ class TokenStats(nn.Cell):
     Its own backward, from the logits it keeps and p recomputed from them:
         d logp / dz = onehot(target) - p,     d entropy / dz = -p * (z - E_p[z])
     Differentiating logsumexp and the entropy formula op by op kept several vocabulary-sized tensors per row alive
-    through the backward (see Broadcasts in models/decoder.py); at a 150k vocabulary those are the largest tensors
+    through the backward (see models/broadcast.py); at a 150k vocabulary those are the largest tensors
     of an update. Row maxima come from ArgMaxWithValue and row sums
     from a product with ones (decoder.row_sum): MindSpore's CPU ReduceMax/ReduceSum over the vocabulary took
     52-144 ms where these take 6-12 (16 x 128 x 8192 logits)."""
 
     def _stats(self, logits):
         """(p, log-sum-exp [.., 1], E_p[z] [.., 1]); [.., 1] columns are expanded before they meet the logits
-        (see Broadcasts in models/decoder.py)."""
+        (see models/broadcast.py)."""
         m = ops.stop_gradient(logits.max(-1, keepdims=True))
         e = ops.exp(logits - expand(m, logits))
         total = row_sum(e)
