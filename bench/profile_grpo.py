@@ -92,7 +92,9 @@ def main():
     for k, v in sorted(stages.items(), key=lambda kv: -kv[1]):
         if v >= 0.005:
             print(f"  {k:28} {v:8.3f}")
-    print(f"kernel time: {total / 1000 / profiled:.3f} s per step; by graph part:")
+    calls = sum(int(r["type_occurrences"]) for r in types)
+    print(f"kernel time: {total / 1000 / profiled:.3f} s per step in {calls / profiled:.0f} kernel launches; "
+          f"by graph part:")
     for k, v in parts.most_common():
         print(f"  {k:28} {v / 1000 / profiled:8.3f} s  {100 * v / total:5.1f}%")
     print(f"by operator type (top {a.top}):")

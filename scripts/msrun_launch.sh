@@ -83,7 +83,7 @@ watchdog() {  # LAUNCHER_PID LAUNCHER_START TAG LOG: when the launcher is gone (
   # SIGTERM from the launcher: the job is over, quit at once (wait returns on a trapped signal). The nap goes too:
   # every background job, since the signal can land between 'sleep &' and reading its pid from $!
   # shellcheck disable=SC2046
-  trap 'kill $(jobs -p) 2>/dev/null; exit 0' TERM
+  trap 'kill $(jobs -p) 2>/dev/null; wait; exit 0' TERM
   while proc_stat "$1" && [ "${PSTAT[0]}" != Z ] && [ "${PSTAT[19]}" = "$2" ]; do
     sleep "$POLL_INTERVAL" &
     wait $!
@@ -171,7 +171,13 @@ if (( 0x${sig_ignored:-0} & 1 )) || [ "${PSTAT[3]}" = $$ ] || [ "$PARENT_PID" -l
 ignored_names=""
 (( 0x${sig_ignored:-0} & 2 )) && ignored_names="SIGINT"
 (( 0x${sig_ignored:-0} & 1 )) && ignored_names="${ignored_names:+$ignored_names and }SIGHUP"
-[ -n "$ignored_names" ] && say "$ignored_names ignored (inherited from the process that started this one): they will not stop the job; SIGTERM will"
+term_ignored=0
+(( 0x${sig_ignored:-0} & 0x4000 )) && term_ignored=1 && ignored_names="${ignored_names:+$ignored_names and }SIGTERM"
+if [ "$term_ignored" = 1 ]; then
+  say "$ignored_names ignored (inherited from the process that started this one): they will not stop the job; SIGKILL of this launcher will (its watchdog then stops the job)"
+elif [ -n "$ignored_names" ]; then
+  say "$ignored_names ignored (inherited from the process that started this one): they will not stop the job; SIGTERM will"
+fi
 
 # shellcheck disable=SC2086
 set -- --worker_num="$WORLD" --local_worker_num="$WORKERS_PER_NODE" --master_addr="$MASTER_ADDR" \
@@ -216,7 +222,17 @@ trap 'stop_and_exit "interrupted by SIGHUP" 129' HUP
 setsid bash "${BASH_SOURCE[0]}" --watchdog "$$" "$LAUNCHER_START" "$JOB_TAG" "$MSRUN_LOG" \
   </dev/null >/dev/null 2>&1 &
 WATCHDOG_PID=$!
-trap 'kill -s TERM "$WATCHDOG_PID" 2>/dev/null; wait "$WATCHDOG_PID" 2>/dev/null' EXIT
+stop_watchdog() {  # SIGTERM: its trap stops its nap and waits for it. One started with SIGTERM ignored cannot trap
+  local i          # it: after a second, SIGKILL to its process group (it leads its own session: it and its nap)
+  kill -s TERM "$WATCHDOG_PID" 2>/dev/null
+  for ((i = 0; i < 20; i++)); do
+    alive "$WATCHDOG_PID" || break
+    sleep 0.05
+  done
+  kill -s KILL -- "-$WATCHDOG_PID" 2>/dev/null
+  wait "$WATCHDOG_PID" 2>/dev/null
+}
+trap stop_watchdog EXIT
 # msrun gets its own session so that one signal reaches it, its scheduler and its log tails; with
 # --pdeathsig the kernel sends it SIGINT (msrun then kills its workers) the moment the launcher dies
 PDEATH=()

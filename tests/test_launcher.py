@@ -116,12 +116,11 @@ def children(pid):
     return found
 
 
-def default_signals():
-    """preexec_fn: the child starts with SIGINT, SIGQUIT, SIGHUP and SIGTERM at their defaults, whatever the test
-    runner inherited. A shell cannot trap a signal ignored at its start: pytest run as a script's '&' job ignores
-    SIGINT, under nohup SIGHUP, and the launcher would then (rightly) not act on them."""
-    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
+# Prefix of every command a test starts: SIGINT, SIGQUIT, SIGHUP and SIGTERM at their defaults, whatever the test
+# runner inherited. A shell cannot trap a signal ignored at its start: pytest run as a script's '&' job ignores
+# SIGINT, under nohup SIGHUP, and the launcher would then (rightly) not act on them. (coreutils' env, not a
+# preexec_fn: this process has threads once mindspore is imported, and a fork then runs no Python safely.)
+DEFAULT_SIGNALS = ["env", "--default-signal=INT,QUIT,HUP,TERM"]
 
 
 def job_env(tmp_path, **extra):
@@ -148,9 +147,9 @@ def launch(tmp_path, script_text, *args, timeout=60, watch=None, signal_when_see
     log_dir = tmp_path / "logs"
     env, tag = job_env(tmp_path, **extra_env)
     start = time.monotonic()
-    proc = subprocess.Popen(command or ["bash", LAUNCHER, str(script), *args], env=env, cwd=str(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=default_signals)
+    proc = subprocess.Popen(DEFAULT_SIGNALS + (command or ["bash", LAUNCHER, str(script), *args]), env=env,
+                            cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     seen_at = None
     try:
         while proc.poll() is None:
@@ -310,9 +309,8 @@ def test_detached_launcher_outlives_its_parent(tmp_path, how):
     env["MINDRL_LAUNCH_TEST"] = tag
     prefix = "nohup " if how == "nohup" else "STOP_WITH_PARENT=0 "
     (tmp_path / "wrapper.sh").write_text(f'{prefix}bash "{scripts}/msrun_launch.sh" job.py\n')
-    proc = subprocess.Popen(["bash", str(tmp_path / "wrapper.sh")], env=env, cwd=str(tmp_path),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=default_signals)
+    proc = subprocess.Popen(DEFAULT_SIGNALS + ["bash", str(tmp_path / "wrapper.sh")], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 20
         while not (tmp_path / "args.txt").exists() or not (tmp_path / "args.txt").read_text().strip():
@@ -388,23 +386,20 @@ def test_disagreeing_worker_counts_are_refused(tmp_path, given, named, script):
     assert not (tmp_path / "args.txt").exists()  # refused before msrun
 
 
-@pytest.mark.parametrize("ignored", [(signal.SIGINT,), (signal.SIGHUP,), (signal.SIGINT, signal.SIGHUP)],
-                         ids=["INT", "HUP", "INT+HUP"])
-def test_signals_ignored_at_start_are_named_and_sigterm_still_stops(tmp_path, ignored):
-    """A launcher started with SIGINT ignored (a script's '&' job) or SIGHUP ignored (nohup) cannot trap them: it says
-    so at start, those signals leave the job running, and SIGTERM stops it (exit 143, nothing left)."""
+@pytest.mark.parametrize("ignored", [(signal.SIGINT,), (signal.SIGHUP,), (signal.SIGINT, signal.SIGHUP),
+                                     (signal.SIGTERM,)], ids=["INT", "HUP", "INT+HUP", "TERM"])
+def test_signals_ignored_at_start_are_named_and_the_job_still_stops(tmp_path, ignored):
+    """A launcher started with SIGINT ignored (a script's '&' job), SIGHUP ignored (nohup) or SIGTERM ignored cannot
+    trap them: it says so at start, those signals leave the job running, and SIGTERM stops it (exit 143, nothing
+    left); with SIGTERM ignored, SIGKILL of the launcher does (its watchdog stops the job)."""
     env, scripts = stub_repo(tmp_path, 'echo $$ > "$ARGS_OUT"; exec sleep 60\n')
     tag = uuid.uuid4().hex
     env["MINDRL_LAUNCH_TEST"] = tag
-
-    def start_ignoring():
-        default_signals()
-        for sig in ignored:
-            signal.signal(sig, signal.SIG_IGN)
-
-    proc = subprocess.Popen(["bash", str(scripts / "msrun_launch.sh"), "job.py"], env=env, cwd=str(tmp_path),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=start_ignoring)
+    names = [sig.name for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM) if sig in ignored]
+    ignore = "--ignore-signal=" + ",".join(name[3:] for name in names)
+    proc = subprocess.Popen(DEFAULT_SIGNALS + [ignore, "bash", str(scripts / "msrun_launch.sh"), "job.py"], env=env,
+                            cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + 20
         while not (tmp_path / "args.txt").exists() or not (tmp_path / "args.txt").read_text().strip():
@@ -414,16 +409,35 @@ def test_signals_ignored_at_start_are_named_and_sigterm_still_stops(tmp_path, ig
             os.kill(proc.pid, sig)
         time.sleep(1.5)  # three of the launcher's polls
         assert proc.poll() is None, f"the launcher acted on an ignored signal (exit {proc.returncode})"
-        os.kill(proc.pid, signal.SIGTERM)
+        term_ignored = signal.SIGTERM in ignored
+        os.kill(proc.pid, signal.SIGKILL if term_ignored else signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
-        assert proc.returncode == 143, err
-        names = " and ".join(sig.name for sig in (signal.SIGINT, signal.SIGHUP) if sig in ignored)
         notice = [line for line in err.splitlines() if "ignored (inherited" in line]
-        assert len(notice) == 1 and notice[0].startswith(f"msrun_launch: {names} ignored"), err
-        assert "SIGTERM will" in notice[0]
-        wait_until_gone(tag, 0)
+        assert len(notice) == 1 and notice[0].startswith(f"msrun_launch: {' and '.join(names)} ignored"), err
+        if term_ignored:
+            assert proc.returncode == -signal.SIGKILL
+            assert "SIGKILL of this launcher will" in notice[0]
+            # msrun gets SIGINT from the kernel (pdeathsig); what ignores it too, the watchdog's SIGKILL stops
+            wait_until_gone(tag, 8)
+        else:
+            assert proc.returncode == 143, err
+            assert "SIGTERM will" in notice[0]
+            wait_until_gone(tag, 0)
     finally:
         if proc.poll() is None:
             proc.kill()
         for pid in processes_with_tag(tag):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_launcher_that_cannot_trap_sigterm_still_exits(tmp_path):
+    """Started with SIGTERM ignored, so is its watchdog: the launcher's exit does not wait on a watchdog that
+    ignores the SIGTERM it is sent (it gets SIGKILL after a second), and nothing is left."""
+    env, scripts = stub_repo(tmp_path, 'exit 0\n')
+    tag = uuid.uuid4().hex
+    env["MINDRL_LAUNCH_TEST"] = tag
+    res = subprocess.run(DEFAULT_SIGNALS + ["--ignore-signal=TERM", "bash", str(scripts / "msrun_launch.sh"),
+                                            "job.py"], env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                         timeout=30)
+    assert res.returncode == 0 and "job finished" in res.stderr, res.stderr
+    wait_until_gone(tag, 1)

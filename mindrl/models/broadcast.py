@@ -38,7 +38,7 @@ def row_sum(x):
 
 def row_mean(x):
     """Mean over the last axis, keeping it (size 1): row_sum's product with the constant 1/n instead of ones, so
-    the division costs no kernel of its own (exact when n is a power of two, within an ulp otherwise)."""
+    the division costs no kernel of its own (exact when n is a power of two, equal within rounding otherwise)."""
     n = x.shape[-1]
     out = ops.matmul(x.reshape(-1, n), ops.ones((n, 1), x.dtype) * (1.0 / n))  # a constant: folded at compile
     return out.reshape(x.shape[:-1] + (1,))

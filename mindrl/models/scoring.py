@@ -16,7 +16,7 @@ class TokenStats(nn.Cell):
     Differentiating logsumexp and the entropy formula op by op kept several vocabulary-sized tensors per row alive
     through the backward (see models/broadcast.py); at a 150k vocabulary those are the largest tensors
     of an update. Row maxima come from ArgMaxWithValue and row sums
-    from a product with ones (decoder.row_sum): MindSpore's CPU ReduceMax/ReduceSum over the vocabulary took
+    from a product with ones (broadcast.row_sum): MindSpore's CPU ReduceMax/ReduceSum over the vocabulary took
     52-144 ms where these take 6-12 (16 x 128 x 8192 logits)."""
 
     def _stats(self, logits):
