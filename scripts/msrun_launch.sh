@@ -62,14 +62,17 @@ job_pids() {  # TAG: live processes whose environment holds JOB_VAR=TAG (msrun a
 }
 
 stop_job() {  # TAG [LEADER]: SIGTERM to every process of the job (and LEADER's group), SIGKILL after KILL_GRACE
-  local tag="$1" leader="${2:-}" sig pids waited
+  local tag="$1" leader="${2:-}" sig pids waited limit
   for sig in TERM KILL; do
     [ -n "$leader" ] && { kill -s "$sig" -- "-$leader" 2>/dev/null || kill -s "$sig" "$leader" 2>/dev/null; }
     pids=$(job_pids "$tag")
     # shellcheck disable=SC2086
     [ -n "$pids" ] && kill -s "$sig" $pids 2>/dev/null
-    [ "$sig" = KILL ] && return
-    for ((waited = 0; waited < KILL_GRACE * 10; waited++)); do
+    # after SIGTERM, KILL_GRACE; after SIGKILL, up to 5 s for the kernel to tear them down (a worker holding
+    # gigabytes takes a moment on a loaded machine), so that none is left when this returns
+    limit=$((KILL_GRACE * 10))
+    [ "$sig" = KILL ] && limit=50
+    for ((waited = 0; waited < limit; waited++)); do
       if [ -z "$(job_pids "$tag")" ] && { [ -z "$leader" ] || ! proc_stat "$leader" || [ "${PSTAT[0]}" = Z ]; }; then
         return
       fi

@@ -44,20 +44,29 @@ def test_rope_matrices_rotate_like_rotate_half(d, rng):
     np.testing.assert_allclose(got_q.asnumpy(), want_k * scale, rtol=0, atol=2e-6)
 
 
-class _Apply(nn.Cell):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
+class _RowStats(nn.Cell):
+    def construct(self, x):
+        return row_mean(x), row_sum(x)
 
-    def construct(self, *args):
-        return self.fn(*args)
+
+class _Expand(nn.Cell):
+    def __init__(self, like):
+        super().__init__()
+        self.like = like
+
+    def construct(self, small):
+        return expand(small, self.like)
+
+
+class _ExpandLoss(_Expand):
+    def construct(self, small, weights):
+        return (expand(small, self.like) * weights).sum()
 
 
 @pytest.mark.parametrize("n", [512, 896])
 def test_row_mean_and_row_sum(n, rng):
     x = rng.normal(size=(7, 3, n))
-    got_mean = _Apply(row_mean)(Tensor(x, ms.float32)).asnumpy()
-    got_sum = _Apply(row_sum)(Tensor(x, ms.float32)).asnumpy()
+    got_mean, got_sum = (t.asnumpy() for t in _RowStats()(Tensor(x, ms.float32)))
     assert got_mean.shape == got_sum.shape == (7, 3, 1)
     np.testing.assert_allclose(got_mean, x.mean(-1, keepdims=True), rtol=0, atol=1e-6)
     np.testing.assert_allclose(got_sum, x.sum(-1, keepdims=True), rtol=0, atol=2e-5)
@@ -72,9 +81,9 @@ def test_expand_values_and_gradient(small_shape, rng):
     shape = (rows, 1) if small_shape == "row" else (last,)
     s = rng.normal(size=shape).astype(np.float32)
     g = rng.normal(size=(rows, last)).astype(np.float32)
-    out = _Apply(lambda a: expand(a, like))(Tensor(s)).asnumpy()
+    out = _Expand(like)(Tensor(s)).asnumpy()
     np.testing.assert_array_equal(out, np.broadcast_to(s, (rows, last)))
-    grad = ms.grad(_Apply(lambda a, w: (expand(a, like) * w).sum()))(Tensor(s), Tensor(g)).asnumpy()
+    grad = ms.grad(_ExpandLoss(like))(Tensor(s), Tensor(g)).asnumpy()
     want = g.astype(np.float64).sum(1, keepdims=True) if small_shape == "row" else g.astype(np.float64).sum(0)
     np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-4)
 
