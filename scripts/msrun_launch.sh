@@ -172,15 +172,13 @@ if (( 0x${sig_ignored:-0} & 1 )) || [ "${PSTAT[3]}" = $$ ] || [ "$PARENT_PID" -l
 # A signal ignored when a shell starts cannot be trapped (POSIX): say so rather than seem to ignore it later.
 # nohup ignores SIGHUP; a non-interactive shell starts its '&' jobs with SIGINT (and SIGQUIT) ignored.
 ignored_names=""
-(( 0x${sig_ignored:-0} & 2 )) && ignored_names="SIGINT"
-(( 0x${sig_ignored:-0} & 1 )) && ignored_names="${ignored_names:+$ignored_names and }SIGHUP"
-term_ignored=0
-(( 0x${sig_ignored:-0} & 0x4000 )) && term_ignored=1 && ignored_names="${ignored_names:+$ignored_names and }SIGTERM"
-if [ "$term_ignored" = 1 ]; then
-  say "$ignored_names ignored (inherited from the process that started this one): they will not stop the job; SIGKILL of this launcher will (its watchdog then stops the job)"
-elif [ -n "$ignored_names" ]; then
-  say "$ignored_names ignored (inherited from the process that started this one): they will not stop the job; SIGTERM will"
-fi
+stopper="SIGTERM will"
+for bit_name in 2:SIGINT 1:SIGHUP 16384:SIGTERM; do  # bits of SigIgn: 1 << (signal number - 1)
+  (( 0x${sig_ignored:-0} & ${bit_name%%:*} )) || continue
+  ignored_names="${ignored_names:+$ignored_names and }${bit_name#*:}"
+  [ "${bit_name#*:}" = SIGTERM ] && stopper="SIGKILL of this launcher will (its watchdog then stops the job)"
+done
+[ -n "$ignored_names" ] && say "$ignored_names ignored (inherited from the process that started this one): they will not stop the job; $stopper"
 
 # shellcheck disable=SC2086
 set -- --worker_num="$WORLD" --local_worker_num="$WORKERS_PER_NODE" --master_addr="$MASTER_ADDR" \

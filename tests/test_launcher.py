@@ -301,6 +301,17 @@ def stub_repo(tmp_path, msrun_body):
     return env, repo_copy / "scripts"
 
 
+def stub_msrun_pid(tmp_path, proc, timeout=20):
+    """The pid a stub msrun started as 'echo $$ > "$ARGS_OUT"' wrote, once it has (failing if ``proc`` exits or
+    ``timeout`` seconds pass first)."""
+    out = tmp_path / "args.txt"
+    deadline = time.monotonic() + timeout
+    while not out.exists() or not out.read_text().strip():
+        assert time.monotonic() < deadline and proc.poll() is None, "the stub msrun never started"
+        time.sleep(0.1)
+    return int(out.read_text())
+
+
 @pytest.mark.parametrize("how", ["nohup", "STOP_WITH_PARENT=0"])
 def test_detached_launcher_outlives_its_parent(tmp_path, how):
     """nohup (SIGHUP ignored) or STOP_WITH_PARENT=0: the job is meant to outlive the shell that started it."""
@@ -312,11 +323,7 @@ def test_detached_launcher_outlives_its_parent(tmp_path, how):
     proc = subprocess.Popen(DEFAULT_SIGNALS + ["bash", str(tmp_path / "wrapper.sh")], env=env, cwd=str(tmp_path),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 20
-        while not (tmp_path / "args.txt").exists() or not (tmp_path / "args.txt").read_text().strip():
-            assert time.monotonic() < deadline, "the stub msrun never started"
-            time.sleep(0.1)
-        msrun = int((tmp_path / "args.txt").read_text())
+        msrun = stub_msrun_pid(tmp_path, proc)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         time.sleep(2)  # several of the launcher's polls
@@ -401,10 +408,7 @@ def test_signals_ignored_at_start_are_named_and_the_job_still_stops(tmp_path, ig
                             cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 20
-        while not (tmp_path / "args.txt").exists() or not (tmp_path / "args.txt").read_text().strip():
-            assert time.monotonic() < deadline and proc.poll() is None, "the stub msrun never started"
-            time.sleep(0.1)
+        stub_msrun_pid(tmp_path, proc)
         for sig in ignored:
             os.kill(proc.pid, sig)
         time.sleep(1.5)  # three of the launcher's polls
