@@ -56,8 +56,8 @@ def train_bpe(directory, rows):
 
 
 def bench_preprocess(data, tokenizer, out_prefix, workers):
-    from mindrl.data.preprocess import load_config, preprocess
-    cfg = load_config(None, extra={
+    from mindrl.data.preprocess import load_dataset_config, preprocess
+    cfg = load_dataset_config(None, extra={
         "input": data, "tokenizer_name_or_path": tokenizer, "output_prefix": out_prefix,
         "handler_name": "R1AlpacaStyleInstructionHandler", "prompt_type": "qwen_r1",
         "dataset_additional_keys": ["labels"], "workers": workers, "log_interval": 10 ** 9})
@@ -67,8 +67,8 @@ def bench_preprocess(data, tokenizer, out_prefix, workers):
 
 
 def bench_tokenize_only(data, tokenizer, n):
-    from mindrl.data.preprocess import _build_handler, load_config
-    cfg = load_config(None, extra={"input": data, "tokenizer_name_or_path": tokenizer, "output_prefix": "x",
+    from mindrl.data.preprocess import _build_handler, load_dataset_config
+    cfg = load_dataset_config(None, extra={"input": data, "tokenizer_name_or_path": tokenizer, "output_prefix": "x",
                                    "handler_name": "r1", "prompt_type": "qwen_r1"})
     handler = _build_handler(cfg)
     with open(data) as f:

@@ -50,7 +50,7 @@ def mindrl_trainer(d, a):
     from mindrl.config import load_train_config
     common.preprocess_prompts(d, a)
     over = {"rl_config.train_iters": a.steps, "rl_config.global_batch_size": 2, "rl_config.n_samples_per_prompt": 8,
-            "rl_config.mini_batch_size": 16, "rl_config.micro_batch_size": a.micro_batch,
+            "rl_config.mini_batch_size": 2, "rl_config.micro_batch_size": a.micro_batch,
             "rl_config.dynamic_sampling": "false",
             "rl_config.verifier_function": "[bench]", "rl_config.verifier_weight": "[1.0]",
             "rl_config.custom_reward_file": f"{d}/reward.py", "actor_config.model": f"{d}/model",

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "tiny"))
@@ -34,16 +33,19 @@ TOKENIZER = os.path.join(ROOT, "examples", "tiny", "tokenizer")
 METRIC = "eval/last_number/mean"
 
 
-def run_grpo(seed, a):
-    """One demo run through the CLI; returns [(training seconds, step, held-out accuracy)]."""
+def run_grpo(seed, a, config=CONFIG, metric=METRIC, extra=()):
+    """One run of ``config`` through the CLI; returns [(training seconds, step, held-out accuracy)] and the run's
+    wall time (start-up and evaluations included)."""
     run_dir = os.path.join(a.out, f"grpo_seed{seed}")
     shutil.rmtree(run_dir, ignore_errors=True)  # this benchmark's own output: a rerun replaces it
     over = [f"runtime.seed={seed}", f"rl_config.train_iters={a.steps}", f"eval.interval={a.eval_every}",
             f"logging.log_dir={run_dir}", "logging.progress_bar=false", "logging.tensorboard=false",
-            f"actor_config.save=null", "actor_config.save_interval=0"]
+            "actor_config.save=null", "actor_config.save_interval=0", *extra]
     env = dict(os.environ, GLOG_v="3")
-    res = subprocess.run([sys.executable, "-m", "mindrl.cli", "train", "--config", CONFIG] + over, cwd=ROOT,
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "mindrl.cli", "train", "--config", config] + over, cwd=ROOT,
                          env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
     if res.returncode:
         raise SystemExit(f"GRPO seed {seed} failed:\n{res.stderr[-3000:]}")
     curve, spent = [], 0.0
@@ -51,9 +53,9 @@ def run_grpo(seed, a):
         for line in fh:
             row = json.loads(line)
             spent += row.get("timing/all", 0.0)
-            if METRIC in row:
-                curve.append((round(spent, 2), row["step"], row[METRIC]))
-    return curve
+            if metric in row:
+                curve.append((round(spent, 2), row["step"], row[metric]))
+    return curve, wall
 
 
 def run_sft(seed, seconds, a):
@@ -63,10 +65,8 @@ def run_sft(seed, seconds, a):
     from make_tiny_model import encode_batch
     from mindrl.data.tokenizer import load_tokenizer
     from mindrl.models import from_pretrained
-    from mindrl.rewards import RewardComputer
-    from mindrl.rollout import generate
     from mindrl.runtime import setup_context
-    from mindrl.trainer.sft import SFTStep, run_sft_step
+    from mindrl.trainer.sft import SFTStep
     setup_context("graph")
     ms.set_seed(seed)
     tok = load_tokenizer(TOKENIZER)
@@ -75,39 +75,52 @@ def run_sft(seed, seconds, a):
     heldout = task.heldout_ids()
     prompts = [tok.encode(task.problem(pid)[0]) for pid in heldout]
     labels = [task.problem(pid)[1] for pid in heldout]
-    rewards = RewardComputer(["last_number"], [1.0])
+    encode = lambda batch: encode_batch(tok, batch, 16)  # noqa: E731
+    return supervised_curve(step_cell, lambda: accuracy(model, tok, prompts, labels, 6, tok.eos_token_id, 250),
+                            task.training_ids(200_000, seed=50_000 + seed), encode, seconds, a)
 
-    def accuracy():
-        model.net.set_train(False)
-        outs = generate(model, prompts, max_new_tokens=6, eos_token_id=tok.eos_token_id, max_batch=250)
-        model.net.set_train(True)
-        return float(rewards([tok.decode(o, skip_special_tokens=True) for o in outs], labels).scores.mean())
 
-    curve = [(0.0, 0, accuracy())]
-    pids = task.training_ids(200_000, seed=50_000 + seed)
+def accuracy(model, tok, prompts, labels, max_new_tokens, stops, max_batch):
+    """Held-out greedy accuracy (last_number) of ``model`` on token-id ``prompts``."""
+    from mindrl.rewards import RewardComputer
+    from mindrl.rollout import generate
+    model.net.set_train(False)
+    outs = generate(model, prompts, max_new_tokens=max_new_tokens, eos_token_id=stops, max_batch=max_batch)
+    model.net.set_train(True)
+    texts = [tok.decode(o, skip_special_tokens=True) for o in outs]
+    return float(RewardComputer(["last_number"], [1.0])(texts, labels).scores.mean())
+
+
+def supervised_curve(step_cell, evaluate, items, encode, seconds, a):
+    """Supervised steps of ``step_cell`` on consecutive batches of ``items`` (``encode(batch)`` gives the ids,
+    attention and loss masks) for ``seconds`` of training time, with ``evaluate()`` before, every seconds /
+    a.sft_evals, and at the end: [(training seconds, step, accuracy)]."""
+    from mindrl.trainer.sft import run_sft_step
+    curve = [(0.0, 0, evaluate())]
     spent, step, next_eval = 0.0, 0, seconds / a.sft_evals
     while spent < seconds:
-        batch = pids[(step * a.sft_batch) % len(pids):][:a.sft_batch]
-        ids, attn, loss_mask = encode_batch(tok, batch, 16)
+        ids, attn, loss_mask = encode(items[(step * a.sft_batch) % len(items):][:a.sft_batch])
         t0 = time.perf_counter()
-        run_sft_step(step_cell, ids, attn, loss_mask, a.sft_lr)
+        run_sft_step(step_cell, ids, loss_mask, a.sft_lr)  # right-padded rows: no attention mask needed
         spent += time.perf_counter() - t0
         step += 1
         if spent >= next_eval or spent >= seconds:
-            curve.append((round(spent, 2), step, accuracy()))
+            curve.append((round(spent, 2), step, evaluate()))
             next_eval += seconds / a.sft_evals
     return curve
 
 
-def sft_subprocess(seed, seconds, a):
-    """The control in its own process (its own MindSpore context and threads), like the GRPO runs."""
-    res = subprocess.run([sys.executable, __file__, "--sft-only", str(seed), str(seconds), "--sft-lr", str(a.sft_lr),
+def sft_subprocess(seed, seconds, a, script=__file__):
+    """The control in its own process (its own MindSpore context and threads), like the GRPO runs: ``script
+    --sft-only SEED SECONDS`` prints its curve. Returns the curve and the process's wall time."""
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, script, "--sft-only", str(seed), str(seconds), "--sft-lr", str(a.sft_lr),
                           "--sft-batch", str(a.sft_batch), "--sft-evals", str(a.sft_evals)], cwd=ROOT,
                          env=dict(os.environ, GLOG_v="3"), capture_output=True, text=True)
     line = [x for x in res.stdout.splitlines() if x.startswith("CURVE ")]
     if res.returncode or not line:
         raise SystemExit(f"supervised control seed {seed} failed:\n{res.stderr[-3000:]}")
-    return json.loads(line[0][6:])
+    return json.loads(line[0][6:]), time.perf_counter() - t0
 
 
 def spread(gains):
@@ -115,7 +128,9 @@ def spread(gains):
     return f"mean {statistics.mean(gains):+.3f}, sd {sd:.3f}, min {min(gains):+.3f}, max {max(gains):+.3f}"
 
 
-def draw(curves, out):
+def draw(curves, out, ylabel="held-out greedy accuracy (last_number)",
+         title="tiny arithmetic task: GRPO from a reward alone vs supervised training with labels, same time",
+         title_size=None, names=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -123,10 +138,10 @@ def draw(curves, out):
     for (method, seed), curve in curves.items():
         t, _, acc = zip(*curve)
         ax.plot(t, acc, marker="o", ms=3, color="tab:blue" if method == "grpo" else "tab:orange",
-                alpha=0.8, label=f"{method.upper()} (seed {seed})")
+                alpha=0.8, label=f"{(names or {}).get(method, method.upper())} (seed {seed})")
     ax.set_xlabel("training seconds (2 CPU cores)")
-    ax.set_ylabel("held-out greedy accuracy (last_number)")
-    ax.set_title("tiny arithmetic task: GRPO from a reward alone vs supervised training with labels, same time")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, **({"fontsize": title_size} if title_size else {}))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -155,8 +170,8 @@ def main():
     seeds = [1234, 1, 2, 3, 4, 5][:a.seeds]
     curves, gains = {}, {"grpo": [], "sft": []}
     for seed in seeds:
-        grpo = run_grpo(seed, a)
-        sft = sft_subprocess(seed, grpo[-1][0], a)
+        grpo, _ = run_grpo(seed, a)
+        sft, _ = sft_subprocess(seed, grpo[-1][0], a)
         for method, curve in (("grpo", grpo), ("sft", sft)):
             curves[(method, seed)] = curve
             gains[method].append(curve[-1][2] - curve[0][2])
@@ -164,7 +179,11 @@ def main():
                   f"in {curve[-1][0]:.0f} s of training ({curve[-1][1]} steps)", flush=True)
     png = os.path.join(a.out, "learning.png")
     draw(curves, png)
-    print(f"\nheld-out gain over {len(seeds)} seeds, same training time per seed:")
+    summary(gains, len(seeds), png)
+
+
+def summary(gains, seeds, png):
+    print(f"\nheld-out gain over {seeds} seeds, same training time per seed:")
     print(f"  GRPO (reward only, no labels): {spread(gains['grpo'])}")
     print(f"  supervised (labels):           {spread(gains['sft'])}")
     print(f"curves: {png}")

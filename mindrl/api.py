@@ -22,32 +22,13 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
-from mindrl.config import TrainConfig, config_from_dict
-from mindrl.config import load_config as _load_yaml
+from mindrl.config import TrainConfig, load_train_config, raw_train_config, train_config_from_dict
+from mindrl.rewards.custom import register_reward_funcs
 from mindrl.trainer.loop import RLTrainer
 
 RewardFunc = Callable[[str, str], float]
-
-
-def reward_name(fn: RewardFunc) -> str:
-    name = getattr(fn, "__name__", None)
-    if not name or name == "<lambda>":
-        raise ValueError(f"reward_funcs: {fn!r} has no name; give it one (def my_reward(response, label): ...) "
-                         f"so verifier_function and the metrics (grpo/rewards/<name>/mean) can name it")
-    return name
-
-
-def _register(reward_funcs: Iterable[RewardFunc]) -> list:
-    from mindrl.rewards.verifiers import register_reward, VERIFIERS
-    names = []
-    for fn in reward_funcs or ():
-        name = reward_name(fn)
-        if VERIFIERS.get(name) is not fn:
-            register_reward(name)(fn)
-        names.append(name)
-    return names
 
 
 def load_config(config: Union[str, os.PathLike, dict], overrides: Sequence[str] = (),
@@ -56,14 +37,13 @@ def load_config(config: Union[str, os.PathLike, dict], overrides: Sequence[str] 
 
     ``reward_funcs`` are registered first (so ``verifier_function`` may name them) and those it does not name
     are appended with weight 1.0. Raises ``mindrl.config.ConfigError`` naming the key of every problem."""
-    names = _register(reward_funcs)
+    names = register_reward_funcs(reward_funcs)
     overrides = list(overrides)
     if names:
         overrides = _with_reward_funcs(config, overrides, names)
     if isinstance(config, dict):
-        return config_from_dict(config, overrides, source="<dict>", name=config.get("logging", {}).get("name")
-                                or "run")
-    return _load_yaml(config, overrides)
+        return train_config_from_dict(config, overrides, name=config.get("logging", {}).get("name") or "run")
+    return load_train_config(config, overrides)
 
 
 def _add_names(verifiers: list, weights: list, names: list) -> tuple:
@@ -78,8 +58,7 @@ def _add_names(verifiers: list, weights: list, names: list) -> tuple:
 
 def _with_reward_funcs(config, overrides: list, names: list) -> list:
     """Overrides that add the functions ``verifier_function`` does not name yet (weight 1.0 each)."""
-    from mindrl.config.loader import raw_config
-    rl = raw_config(config, overrides).get("rl_config") or {}
+    rl = raw_train_config(config, overrides).get("rl_config") or {}
     # none named: the functions are the whole reward
     verifiers, weights = _add_names(rl.get("verifier_function") or [], rl.get("verifier_weight"), names)
     return overrides + [f"rl_config.verifier_function=[{','.join(verifiers)}]",
@@ -91,10 +70,9 @@ def _config_with_reward_funcs(config: TrainConfig, names: list) -> TrainConfig:
     gave: the config ``load_config(..., reward_funcs=...)`` makes from the same file and overrides."""
     if all(name in config.rl_config.verifier_function for name in names):
         return config
-    raw = getattr(config, "_raw", None)
+    raw = config.meta.raw
     if raw is None:  # built by hand, not loaded: its resolved lists are what it names
-        from mindrl.config.loader import parse_yaml
-        data = parse_yaml(config.to_yaml(), "<config>")
+        data = config.to_dict()
     else:
         data = copy.deepcopy(raw)
     if not isinstance(data.get("rl_config"), dict):
@@ -103,7 +81,7 @@ def _config_with_reward_funcs(config: TrainConfig, names: list) -> TrainConfig:
     # none named (the loader's default `acc` is not the user's): the functions are the whole reward
     rl["verifier_function"], rl["verifier_weight"] = _add_names(rl.get("verifier_function") or [],
                                                                 rl.get("verifier_weight"), names)
-    return config_from_dict(data, source=getattr(config, "_source", "<config>"), name=config.logging.name)
+    return train_config_from_dict(data, source=config.meta.source, name=config.logging.name)
 
 
 class GRPOTrainer(RLTrainer):
@@ -119,7 +97,7 @@ class GRPOTrainer(RLTrainer):
         elif overrides:
             raise ValueError("overrides apply to a yaml path or a dict; a loaded config already has them")
         else:
-            config = _config_with_reward_funcs(config, _register(reward_funcs))
+            config = _config_with_reward_funcs(config, register_reward_funcs(reward_funcs))
         super().__init__(config, reward_funcs)
 
 

@@ -13,11 +13,15 @@ COMMANDS = {
     "preprocess": ("mindrl.data.preprocess:cli_main", "tokenize json/jsonl/parquet data into MindRecord"),
     "train": ("mindrl.trainer.cli:train_main", "run RL training (GRPO, PPO, ...) from a yaml config"),
     "train-rm": ("mindrl.trainer.reward_training:cli_main", "train an outcome reward model on preference pairs"),
+    "sft": ("mindrl.trainer.sft_training:cli_main", "supervised fine-tuning of a causal LM on prompt/response rows"),
+    "dpo": ("mindrl.trainer.dpo_training:cli_main", "DPO of a causal LM on preference pairs against a frozen reference"),
     "export-strategy": ("mindrl.trainer.cli:export_strategy_main", "compile, write per-rank strategy files, exit"),
     "convert": ("mindrl.models.convert:cli_main", "convert checkpoints between HF safetensors and MindSpore"),
     "generate": ("mindrl.rollout.cli:generate_main", "generate text from a checkpoint (KV-cache rollout)"),
-    "evaluate": ("mindrl.trainer.cli:evaluate_main", "greedy accuracy of a checkpoint on a MindRecord/jsonl set"),
+    "plan": ("mindrl.trainer.cli:plan_main", "check a training config and print what one step does, in numbers"),
+    "evaluate": ("mindrl.trainer.cli:evaluate_main", "held-out accuracy of a checkpoint (greedy, or pass@k of samples)"),
     "plot": ("mindrl.trainer.report:cli_main", "draw one or more runs' metrics into a PNG"),
+    "reseal": ("mindrl.trainer.checkpoint:reseal_main", "re-seal a checkpoint whose manifest is of an older format"),
 }
 
 
@@ -30,9 +34,22 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+# commands that take SIGINT and SIGTERM on one thread (mindrl/trainer/interrupt.py): a run finishes its step, saves
+# and says how to resume; a signal during start-up or evaluation stops at once with one line
+_STARTING = "it was starting up: no step was trained or saved"
+STOPPABLE = {"train": _STARTING, "train-rm": _STARTING, "sft": _STARTING, "dpo": _STARTING,
+             "evaluate": "nothing was evaluated"}
+
+
 def main(argv=None) -> int:
     """Run one subcommand. Exit status: 0 done, 2 a usage or config error (nothing was run), 1 a failure while
-    running, 3 a training run that diverged (`mindrl train`), 141 when the reader of the output went away."""
+    running, 3 a training run that diverged (`mindrl train`), 130 and 143 after SIGINT and SIGTERM, 141 when the
+    reader of the output went away."""
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] in STOPPABLE:
+        # the command line itself (not a caller in its own process): before the subcommand's module imports
+        # MindSpore, whose threads must inherit the blocked signals
+        from mindrl.trainer.interrupt import install
+        install(f"mindrl {sys.argv[1]}", STOPPABLE[sys.argv[1]])
     try:
         return _main(argv)
     except BrokenPipeError:
@@ -54,7 +71,10 @@ def _main(argv) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"mindrl: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        import difflib
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; the commands are {', '.join(COMMANDS)}"
+        print(f"mindrl: unknown command {name!r}{hint} (mindrl --help says what each does)", file=sys.stderr)
         return 2
     module_name, func_name = COMMANDS[name][0].split(":")
     func = getattr(importlib.import_module(module_name), func_name)

@@ -2,8 +2,9 @@
 
 Every writer in mindrl stages its output beside the target as ``.<name>.tmp-<owner>`` (a hidden sibling on the
 same filesystem, so the final ``os.replace`` is atomic) and renames it only when the content is complete. The
-owner is the writing process's pid, or a fixed tag when several msrun ranks fill one staging directory. One
-naming scheme means one function can find what a killed process left behind (:func:`stale_staging`).
+owner is the writing process's pid, or a tag ending in the pid of the process that renames it (``ranks<pid>``: the
+main rank, when several msrun ranks fill one staging directory). One naming scheme means one function can find
+what a killed process left behind (:func:`stale_staging`), and never takes a live process's for a leftover.
 
 Standard library only: the config loader and msrun's scheduler process import this.
 """
@@ -86,7 +87,8 @@ def write_json(path: str, obj, indent: int = 2) -> None:
 
 
 def stale_staging(directory: str) -> List[str]:
-    """Staging entries directly in ``directory`` whose writer is gone (pid no longer alive, or a fixed tag)."""
+    """Staging entries directly in ``directory`` whose writer is gone: the pid its owner tag ends in is no longer
+    alive, or the tag holds no pid (mindrl before per-process tags wrote a fixed ``ranks``)."""
     if not os.path.isdir(directory):
         return []
     out = []
@@ -94,8 +96,8 @@ def stale_staging(directory: str) -> List[str]:
         m = _STAGING.match(entry)
         if not m:
             continue
-        owner = m.group("owner")
-        if owner.isdigit() and _alive(int(owner)):
+        pid = re.search(r"\d+$", m.group("owner"))
+        if pid and _alive(int(pid.group())):
             continue
         out.append(os.path.join(directory, entry))
     return out
@@ -119,76 +121,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-# -- reading back what was written: a manifest of sizes and checksums -----------------------------------------------
-MANIFEST = "manifest.json"
-DIGEST = "xxh3_64"  # about 10 GB/s on one core: checking a checkpoint costs far less than reading its tensors
-_verified = set()   # (path, size, mtime_ns, digest) already checked by this process: a file is hashed once
-
-
-class DamagedFile(ValueError):
-    """A file that is missing, or whose size or checksum differs from its manifest's record."""
-
-
-def file_digest(path: str) -> str:
-    import xxhash
-    h = xxhash.xxh3_64()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 23), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def write_manifest(directory: str, header: dict) -> dict:
-    """List every file under ``directory`` with its size and checksum in ``directory/manifest.json`` (written last,
-    atomically): the files are read back from disk, so what is recorded is what a later load will read."""
-    files = {}
-    for dirpath, _, names in os.walk(directory):
-        for name in names:
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, directory)
-            if rel != MANIFEST:
-                files[rel] = {"size": os.path.getsize(full), DIGEST: file_digest(full)}
-    manifest = {**header, "files": dict(sorted(files.items()))}
-    write_json(os.path.join(directory, MANIFEST), manifest)
-    return manifest
-
-
-def read_manifest(directory: str) -> dict:
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.exists(path):
-        raise DamagedFile(f"{directory}: no {MANIFEST}: not a complete mindrl checkpoint")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            manifest = json.load(fh)
-        files = manifest["files"]
-        assert isinstance(files, dict)
-    except (ValueError, KeyError, AssertionError, UnicodeDecodeError) as err:
-        raise DamagedFile(f"{path}: unreadable manifest ({err.__class__.__name__}: {err})") from None
-    return manifest
-
-
-def verify_manifest(directory: str, select=None) -> dict:
-    """Check the files ``directory/manifest.json`` lists (those whose relative path passes ``select``, default
-    all): present, same size, same checksum. Manifests written before checksums existed record sizes only, and
-    only sizes are checked there. Raises DamagedFile naming the first bad file; returns the manifest."""
-    manifest = read_manifest(directory)
-    for rel, rec in manifest["files"].items():
-        if select is not None and not select(rel):
-            continue
-        full = os.path.join(directory, rel)
-        size, digest = (rec, None) if isinstance(rec, int) else (rec.get("size"), rec.get(DIGEST))
-        if not os.path.exists(full):
-            raise DamagedFile(f"{full}: listed in the manifest but missing")
-        st = os.stat(full)
-        if st.st_size != size:
-            raise DamagedFile(f"{full}: size {st.st_size} differs from the manifest's {size} (corrupt or truncated)")
-        key = (os.path.abspath(full), st.st_size, st.st_mtime_ns, digest)
-        if digest is None or key in _verified:
-            continue
-        if file_digest(full) != digest:
-            raise DamagedFile(f"{full}: checksum differs from the manifest's ({DIGEST}): the file was damaged "
-                              f"after it was written")
-        _verified.add(key)
-    return manifest

@@ -2,8 +2,21 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
-_STATE = {"mode": None, "threads": None}
+_STATE = {"mode": None, "threads": None, "reports": None}
+
+# MindSpore writes a graph that failed to compile (analyze_fail.ir) under $MS_OM_PATH/rank_<id>/om/, by default
+# under the working directory. A user's MS_OM_PATH is kept; otherwise mindrl places it (place_compile_reports).
+_OM_VAR = "MS_OM_PATH"
+
+
+def place_compile_reports(path: str) -> None:
+    """MindSpore's reports of failed compiles go under ``path`` (read when one is written), unless the user chose
+    a place with MS_OM_PATH."""
+    if os.environ.get(_OM_VAR) and os.environ[_OM_VAR] != _STATE["reports"]:
+        return  # the user's
+    _STATE["reports"] = os.environ[_OM_VAR] = os.path.abspath(path)
 
 
 def setup_context(mode: str = "graph", threads=None) -> None:
@@ -15,6 +28,9 @@ def setup_context(mode: str = "graph", threads=None) -> None:
     if ms.get_context("mode") != want:  # read the live context: other code may have changed it
         ms.set_context(mode=want)
     _STATE["mode"] = mode
+    if _STATE["reports"] is None:  # out of the working directory; a run puts them into its directory
+        place_compile_reports(os.path.join(tempfile.gettempdir(), f"mindrl-{getattr(os, 'getuid', lambda: 0)()}",
+                                           f"mindspore-{os.getpid()}"))
     if ms.get_context("device_target") == "CPU" and _STATE["threads"] is None:
         threads = int(threads or os.environ.get("MINDRL_THREADS", 0) or os.cpu_count() or 1)
         try:

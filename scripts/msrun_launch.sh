@@ -10,7 +10,8 @@
 #                         NPUS_PER_NODE and GPUS_PER_NODE (MindSpeed-RL's names) mean the same; when
 #                         several are set they must agree (otherwise exit 2)
 #   MASTER_ADDR [127.0.0.1]  address of node 0 (where msrun runs the scheduler)
-#   MASTER_PORT [8118]    scheduler port on node 0
+#   MASTER_PORT [8118]    scheduler port on node 0. Unset on a one-machine job and 8118 taken (another job
+#                         runs): a free port is picked and printed. Set, or on several machines: it must be free
 #   NODE_RANK [0]         this machine's index; its workers get ranks NODE_RANK*WORKERS_PER_NODE + i
 #   LOG_DIR [./log_dir]   worker_<rank>.log, scheduler.log (node 0) and msrun_node<NODE_RANK>.log
 #   MSRUN_EXTRA_ARGS []   more msrun options, e.g. "--cluster_time_out=120 --bind_core=True"
@@ -25,9 +26,10 @@
 # after the cluster heartbeat times out (~39 s on our machines) and does not say which rank failed.
 # Here the worker logs are polled: at the first Python traceback (or a worker that msrun reports as
 # exited with an error) the rank and the end of its log are printed, every process of the job is
-# stopped and the launcher exits 1 within a few seconds. Exit status: 0 on success, 1 for a failed
-# rank, 2 for bad settings, 128+N after signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP or a parent
-# that exited), otherwise msrun's own status.
+# stopped and the launcher exits 1 within a few seconds; so does a scheduler that fails (MASTER_PORT
+# taken), which plain msrun would wait on in silence. Exit status: 0 on success, 1 for a failed rank or
+# scheduler, 2 for bad settings (a MASTER_PORT in use is refused before msrun starts), 128+N after
+# signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP or a parent that exited), otherwise msrun's own status.
 #
 # No orphans: msrun and everything it starts carry MINDRL_LAUNCH_JOB=<id> in their environment, and
 # "stop the job" means SIGTERM to every such process, SIGKILL after KILL_GRACE. That happens on a
@@ -129,6 +131,8 @@ done
 NNODES="${NNODES:-1}"
 WORKERS_PER_NODE="${per_node:-2}"
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
+PORT_CHOSEN=0   # 1: the user named MASTER_PORT (or several machines must agree on it), so it is never replaced
+if [ -n "${MASTER_PORT:-}" ]; then PORT_CHOSEN=1; fi
 MASTER_PORT="${MASTER_PORT:-8118}"
 NODE_RANK="${NODE_RANK:-0}"
 LOG_DIR="${LOG_DIR:-./log_dir}"
@@ -150,6 +154,41 @@ if [ -f "$ROOT/.venv/bin/activate" ]; then
   . "$ROOT/.venv/bin/activate"  # msrun starts workers with the 'python' found on PATH
 fi
 command -v msrun >/dev/null 2>&1 || die "msrun not found on PATH (install mindspore or create $ROOT/.venv)"
+
+port_in_use() {  # ADDR PORT: true when binding it fails with EADDRINUSE (unknown, e.g. no python: false)
+  python - "$1" "$2" 2>/dev/null <<'PY'
+import errno, socket, sys
+try:
+    infos = socket.getaddrinfo(sys.argv[1], int(sys.argv[2]), type=socket.SOCK_STREAM)
+    with socket.socket(infos[0][0], socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to a server
+        s.bind(infos[0][4])
+except OSError as e:
+    sys.exit(0 if e.errno == errno.EADDRINUSE else 1)
+sys.exit(1)
+PY
+}
+free_port() {  # ADDR: a port the kernel hands out as free on ADDR
+  python - "$1" 2>/dev/null <<'PY'
+import socket, sys
+infos = socket.getaddrinfo(sys.argv[1], 0, type=socket.SOCK_STREAM)
+with socket.socket(infos[0][0], socket.SOCK_STREAM) as s:
+    s.bind(infos[0][4])
+    print(s.getsockname()[1])
+PY
+}
+# msrun's scheduler (node 0) cannot bind a port that is taken, and then the workers wait for it in silence.
+# A second job on one machine with the default port gets a free one (nobody else needs to know it)
+if [ "$NODE_RANK" = 0 ] && [ "$NNODES" = 1 ] && [ "$PORT_CHOSEN" = 0 ] && port_in_use "$MASTER_ADDR" "$MASTER_PORT"; then
+  port=$(free_port "$MASTER_ADDR") || port=""
+  if [ -n "$port" ]; then
+    say "the default MASTER_PORT=$MASTER_PORT is in use on $MASTER_ADDR (another job?): using free port $port"
+    MASTER_PORT=$port
+  fi
+fi
+if [ "$NODE_RANK" = 0 ] && port_in_use "$MASTER_ADDR" "$MASTER_PORT"; then
+  die "MASTER_PORT=$MASTER_PORT is in use on $MASTER_ADDR (another job or program holds it): set MASTER_PORT to a free port"
+fi
 
 WORLD=$((NNODES * WORKERS_PER_NODE))
 FIRST_RANK=$((NODE_RANK * WORKERS_PER_NODE))
@@ -188,6 +227,9 @@ say "world size $WORLD (node $NODE_RANK of $NNODES, ranks $FIRST_RANK..$((FIRST_
 say "msrun $*"
 
 declare -A WORKER_PID=()   # rank -> pid of the worker (a session leader: its group holds its children)
+SCHED_PID=""               # msrun's scheduler on node 0 (in msrun's group)
+SCHED_GONE_POLLS=0         # polls since the scheduler was seen gone while a worker still ran
+SCHED_FAILURE=""
 MSRUN_PID=""
 ECHO_PID=""
 JOB_TAG="$$.$LAUNCHER_START.$RANDOM$RANDOM"
@@ -245,17 +287,46 @@ if [ "$QUIET" != 1 ]; then
   ECHO_PID=$!
 fi
 
-scan_workers() {  # learn rank -> pid from msrun's children (their environment has MS_ROLE and RANK_ID)
+scan_workers() {  # learn rank -> pid (and the scheduler's pid) from msrun's children's MS_ROLE and RANK_ID
   local child pgid env role rank
-  # msrun's children: the scheduler, the workers (session leaders: msrun starts them with setsid) and
-  # 'tail -f' log echoes (same environment as a worker, but in msrun's group)
+  # msrun's children: the scheduler (in msrun's group), the workers (session leaders: msrun starts them with
+  # setsid) and 'tail -f' log echoes (a worker's environment, but in msrun's group)
   while read -r child pgid; do
-    [ -n "$child" ] && [ "$child" = "$pgid" ] || continue
+    [ -n "$child" ] || continue
     env=$(tr '\0' '\n' 2>/dev/null <"/proc/$child/environ") || continue
     role=$(sed -n 's/^MS_ROLE=//p' <<<"$env")
     rank=$(sed -n 's/^RANK_ID=//p' <<<"$env")
-    if [ "$role" = MS_WORKER ] && [ -n "$rank" ]; then WORKER_PID[$rank]=$child; fi
+    if [ "$role" = MS_SCHED ]; then SCHED_PID=$child; fi
+    if [ "$child" = "$pgid" ] && [ "$role" = MS_WORKER ] && [ -n "$rank" ]; then WORKER_PID[$rank]=$child; fi
   done < <(ps -o pid=,pgid= --ppid "$MSRUN_PID" 2>/dev/null)
+}
+
+check_scheduler() {  # sets SCHED_FAILURE to why msrun's scheduler failed, if it did. The workers then wait for
+  local pid          # it until MS_TOPO_TIMEOUT and msrun waits for them: a silent hang without this check
+  SCHED_FAILURE=""
+  [ -n "$SCHED_PID" ] && ! alive "$SCHED_PID" || { SCHED_GONE_POLLS=0; return; }
+  if [ -n "$FAIL_PATTERN" ] && grep -qE -m1 -- "$FAIL_PATTERN" "$LOG_DIR/scheduler.log" 2>/dev/null; then
+    SCHED_FAILURE="a Python traceback in its log"; return
+  fi
+  # gone without a traceback (killed): on success the workers finish before it, so one still running for a
+  # few polls means they wait for a scheduler that is no more
+  for pid in "${WORKER_PID[@]}"; do
+    if alive "$pid"; then
+      ((++SCHED_GONE_POLLS >= 6)) && SCHED_FAILURE="it exited while the workers still ran"
+      return
+    fi
+  done
+}
+
+report_scheduler_failure() {  # REASON
+  local log="$LOG_DIR/scheduler.log"
+  sleep 0.3  # let it finish writing its traceback
+  if port_in_use "$MASTER_ADDR" "$MASTER_PORT"; then
+    say "msrun's scheduler exited: port $MASTER_PORT is in use on $MASTER_ADDR; set MASTER_PORT to a free port (log: $log); last lines:"
+  else
+    say "msrun's scheduler exited: $1; see its log (log: $log); last lines:"
+  fi
+  show_log "$log"
 }
 
 show_log() {  # the end of a worker's log without MindSpore's INFO/WARNING lines
@@ -294,13 +365,20 @@ find_failed_rank() {  # prints "rank<TAB>reason" of the first failed local rank,
   fi
 }
 
+fail_job() {
+  say "stopping the job (msrun pid $MSRUN_PID and ${#WORKER_PID[@]} worker(s))"
+  kill_job
+  exit 1
+}
+
 while alive "$MSRUN_PID"; do
   if [ "$WATCH_PARENT" = 1 ] && { ! proc_stat $$ || [ "${PSTAT[1]}" != "$PARENT_PID" ]; }; then
     stop_and_exit "the launcher's parent (pid $PARENT_PID) exited" 129
   fi
-  [ "${#WORKER_PID[@]}" -lt "$WORKERS_PER_NODE" ] && scan_workers
+  { [ "${#WORKER_PID[@]}" -lt "$WORKERS_PER_NODE" ] || { [ "$NODE_RANK" = 0 ] && [ -z "$SCHED_PID" ]; }; } &&
+    scan_workers
   failure=$(find_failed_rank)
-  if [ -n "$failure" ]; then
+  if [ -n "$failure" ]; then  # first: a failed rank is the more precise cause when the scheduler then exits too
     rank=${failure%%$'\t'*}
     reason=${failure#*$'\t'}
     if [ "$rank" = "?" ]; then
@@ -308,9 +386,14 @@ while alive "$MSRUN_PID"; do
     else
       report_failure "$rank" "$reason"
     fi
-    say "stopping the job (msrun pid $MSRUN_PID and ${#WORKER_PID[@]} worker(s))"
-    kill_job
-    exit 1
+    fail_job
+  fi
+  if [ "$NODE_RANK" = 0 ]; then
+    check_scheduler
+    if [ -n "$SCHED_FAILURE" ]; then
+      report_scheduler_failure "$SCHED_FAILURE"
+      fail_job
+    fi
   fi
   sleep "$POLL_INTERVAL"
 done

@@ -8,7 +8,8 @@
 #   CONFIG [examples/grpo/tiny_math.yaml]   training yaml; relative paths in it resolve against the
 #                                           current directory, so run from the repository root
 #   NNODES [1]  WORKERS_PER_NODE [2] (or NPUS_PER_NODE / GPUS_PER_NODE; if several are set they must agree)
-#   MASTER_ADDR [127.0.0.1]  MASTER_PORT [8118]  NODE_RANK [0]  LOG_DIR [./log_dir]
+#   MASTER_ADDR [127.0.0.1]  MASTER_PORT [8118; unset on one machine with 8118 taken: a free port, printed]
+#   NODE_RANK [0]  LOG_DIR [./log_dir]
 #   and the launcher's knobs (FAIL_PATTERN, KILL_GRACE, QUIET, MSRUN_EXTRA_ARGS, STOP_WITH_PARENT): see
 #   scripts/msrun_launch.sh
 #
@@ -32,9 +33,10 @@ if [ ! -f "$CONFIG" ]; then
   echo "run_grpo: config $CONFIG not found (relative to $(pwd); set CONFIG or run from the repository root)" >&2
   exit 2
 fi
-# WORKERS_PER_NODE gets its default in the launcher, which also reads NPUS_PER_NODE and GPUS_PER_NODE
+# WORKERS_PER_NODE and MASTER_PORT get their defaults in the launcher (it reads NPUS_PER_NODE and GPUS_PER_NODE too,
+# and moves a one-machine job off a taken default port only when MASTER_PORT was not set)
 export NNODES="${NNODES:-1}" MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
-export MASTER_PORT="${MASTER_PORT:-8118}" NODE_RANK="${NODE_RANK:-0}" LOG_DIR="${LOG_DIR:-./log_dir}"
+export NODE_RANK="${NODE_RANK:-0}" LOG_DIR="${LOG_DIR:-./log_dir}"
 export GLOG_v="${GLOG_v:-3}"
 
 # msrun takes 'python' as its task followed by the interpreter's arguments: running the module keeps

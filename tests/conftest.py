@@ -75,7 +75,7 @@ def tiny_run_settings(d, log_dir, **over) -> dict:
     one update per step, the dense ``ones`` reward next to ``last_number``, nothing saved, no eval."""
     settings = {
         "rl_config.train_iters": 1, "rl_config.global_batch_size": 4, "rl_config.n_samples_per_prompt": 4,
-        "rl_config.mini_batch_size": 16, "rl_config.micro_batch_size": 8, "rl_config.dynamic_sampling": "false",
+        "rl_config.mini_batch_size": 4, "rl_config.micro_batch_size": 8, "rl_config.dynamic_sampling": "false",
         "rl_config.verifier_function": "[last_number,ones]", "rl_config.verifier_weight": "[1.0,1.0]",
         "rl_config.custom_reward_file": str(d / "digits.py"),
         "actor_config.model": str(d / "policy"), "actor_config.load": str(d / "policy"),
@@ -130,3 +130,45 @@ def make_grpo_workdir(d):
                        f"input={d / name}.jsonl", f"output_prefix={d / name}", f"tokenizer_name_or_path={tokenizer}"])
         assert rc == 0
     return d
+
+
+# Files in the order the two test workers (scripts/test.sh) take them: the longest first (a rough measure of one CI
+# run; the rest follow in collection order), so that no long file starts when the other worker is nearly done. A
+# stale order costs minutes, never a result. scripts/test.sh turns off xdist's own reordering (by test count).
+LONGEST_FIRST = ("test_docs.py", "test_demo.py", "test_parallel.py", "test_reliability.py", "test_tutorial.py",
+                 "test_recipes.py", "test_grpo.py", "test_ppo.py", "test_mindspeed_config.py", "test_runs.py",
+                 "test_startup_refusals.py", "test_ppo_loop.py", "test_interrupt.py", "test_launcher.py",
+                 "test_bench_real_smoke.py", "test_rl_loop.py", "test_models.py", "test_bench_smoke.py",
+                 "test_multinode.py", "test_compile_cache.py", "test_api.py", "test_bench_ppo_smoke.py",
+                 "test_real_roundtrip.py", "test_sft.py", "test_dpo.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
+
+
+def stop_then_resume(trainer, cli_main, command: str, at: int = 2) -> str:
+    """An offline trainer's run (`mindrl train-rm`, `mindrl sft`: trainer/offline.py) that Ctrl-C stops during step
+    ``at + 1`` (what interrupt.py's thread does with a SIGINT): it must save that step, write no model and print the
+    command that resumes it; that command, as printed, is then run with ``cli_main`` to the end. Returns the
+    resume command."""
+    import shlex
+    import signal
+    from mindrl.trainer import interrupt
+    step = trainer.train_step
+
+    def step_then_ctrl_c(batch, i):
+        out = step(batch, i)
+        if i == at:
+            interrupt._received(signal.SIGINT)
+        return out
+    trainer.train_step = step_then_ctrl_c
+    with pytest.raises(interrupt.RunInterrupted) as stopped:
+        trainer.fit()
+    assert stopped.value.exit_code == 130 and stopped.value.checkpoint.endswith(f"iter_{at + 1:07d}")
+    assert not os.path.exists(os.path.join(trainer.run_dir, "model"))  # written by the run that finishes
+    argv = shlex.split(stopped.value.resume)
+    assert argv[:2] == ["mindrl", command]
+    assert cli_main(argv[2:]) == 0
+    return stopped.value.resume

@@ -6,6 +6,7 @@
 With a reward model, every rank also writes <out.json>.rank<r>.json: how many rows it passed through the reward
 model, its layout, and the step's rows (prompt and response tokens, reward-model scores, sequence scores).
 """
+import functools
 import json
 import sys
 
@@ -101,8 +102,8 @@ def run_grpo(out, config, overrides):
         with open(f"{out}.rank{trainer.run.topo.rank}.json", "w") as fh:
             json.dump({"rm_rows_scored": seen["rows"], "rm_dp": layout.dp, "rm_tp": layout.tp,
                        "prompts": [row[m > 0].tolist() for row, m in zip(exp.prompt_ids, exp.prompt_mask)],
-                       "responses": exp.responses(), "rm_scores": exp.rm_scores.tolist(),
-                       "scores": exp.scores.tolist()}, fh)
+                       "responses": exp.responses(), "rm_scores": exp.rm_score.tolist(),
+                       "scores": exp.score.tolist()}, fh)
 
 
 def watch_reward_model(trainer) -> dict:
@@ -112,6 +113,7 @@ def watch_reward_model(trainer) -> dict:
     score_in_shares, make = module.score_in_shares, trainer.maker.make
 
     def counting(cell, exp, *args):
+        @functools.wraps(cell.construct)  # the scorer reads the cell's input names from its signature
         def call(*tensors):
             seen["rows"] += int(tensors[0].shape[0])
             return cell(*tensors)

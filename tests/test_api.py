@@ -109,7 +109,7 @@ def test_grpo_trainer_trains_with_a_python_reward_function(tmp_path):
     exp, last = seen["exp"], summary["last"]
     texts = [trainer.run.tokenizer.decode(r, skip_special_tokens=True) for r in exp.responses()]
     want = np.array([answer_length(t, "") for t in texts], np.float32)
-    np.testing.assert_allclose(exp.scores, want, rtol=1e-6)
+    np.testing.assert_allclose(exp.score, want, rtol=1e-6)
     assert last["grpo/rewards/answer_length/mean"] == pytest.approx(float(want.mean()), rel=1e-5)
     run_dir = trainer.cfg.logging.log_dir
     assert os.path.dirname(run_dir) == str(tmp_path / "runs") and os.path.isfile(os.path.join(run_dir, "report.png"))

@@ -37,7 +37,10 @@ def test_profile_grpo_quick():
     start = lines.index(next(x for x in lines if x.startswith("by operator type")))
     rows = [x.split() for x in lines[start + 2:] if x.startswith("  ")]
     types = {r[0]: float(r[1]) for r in rows}
-    assert "MatMul" in types and types["MatMul"] == max(types.values())  # a decoder's time is its matmuls
+    # a decoder's time is its matmuls: MatMul (the projections) and BatchMatMul (attention, rotary); which of the two
+    # leads depends on the model's size and on what else the machine runs, so their sum is compared with the rest
+    matmuls = types.get("MatMul", 0.0) + types.get("BatchMatMul", 0.0)
+    assert types.get("MatMul", 0.0) > 0 and matmuls > max(v for k, v in types.items() if "MatMul" not in k)
     assert abs(sum(types.values()) - total) <= 0.002 * len(types) + 1e-3
     parts = {x.split()[0]: float(x.split()[-3]) for x in lines if x.startswith("  ") and x.strip()[:4] in
              ("forw", "back", "opti")}

@@ -40,7 +40,7 @@ def grpo_workdir_for_cache(tmp_path_factory):
     from conftest import make_grpo_workdir
     work = make_grpo_workdir(tmp_path_factory.mktemp("grpo_cache"))
     over = ["rl_config.train_iters=2", "rl_config.global_batch_size=4", "rl_config.n_samples_per_prompt=4",
-            "rl_config.mini_batch_size=16", "rl_config.micro_batch_size=8", "rl_config.dynamic_sampling=false",
+            "rl_config.mini_batch_size=4", "rl_config.micro_batch_size=8", "rl_config.dynamic_sampling=false",
             "rl_config.verifier_function=[last_number,ones]", "rl_config.verifier_weight=[1.0,1.0]",
             f"rl_config.custom_reward_file={work / 'digits.py'}", f"actor_config.model={work / 'policy'}",
             f"actor_config.load={work / 'policy'}", "actor_config.save=null", "actor_config.save_interval=0",

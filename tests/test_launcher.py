@@ -102,6 +102,15 @@ def describe(pids):
     return out
 
 
+def cmdline_of(pid) -> bytes:
+    """A process's command line, or b"" when it has ended meanwhile (the launcher's subshells live for a moment)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
 def children(pid):
     """pids whose parent is ``pid``."""
     found = []
@@ -127,7 +136,8 @@ def job_env(tmp_path, **extra):
     """Environment for one job: a free port, logs under tmp_path, and a unique tag every process inherits."""
     tag = uuid.uuid4().hex
     env = dict(os.environ, MASTER_PORT=str(free_port()), LOG_DIR=str(tmp_path / "logs"), WORKERS_PER_NODE="2",
-               NNODES="1", NODE_RANK="0", QUIET="1", GLOG_v="3", MINDRL_LAUNCH_TEST=tag, **extra)
+               NNODES="1", NODE_RANK="0", QUIET="1", GLOG_v="3", MINDRL_LAUNCH_TEST=tag)
+    env.update(extra)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     return env, tag
 
@@ -236,7 +246,7 @@ def test_signal_stops_every_process(tmp_path, entry, sig, status):
 
 def kill_launcher_and_msrun(proc):
     """SIGKILL the launcher and msrun at the same moment: nothing of theirs can clean up, only the watchdog."""
-    msrun = [pid for pid in children(proc.pid) if b"/msrun\0" in open(f"/proc/{pid}/cmdline", "rb").read()]
+    msrun = [pid for pid in children(proc.pid) if b"/msrun\0" in cmdline_of(pid)]
     assert len(msrun) == 1, children(proc.pid)
     os.kill(msrun[0], signal.SIGSTOP)  # else the SIGINT the launcher's death sends msrun may beat our SIGKILL
     os.kill(proc.pid, signal.SIGKILL)
@@ -256,6 +266,91 @@ def test_sigkill_of_the_launcher_leaves_no_process(tmp_path, victims):
     assert rc == -signal.SIGKILL
     if victims == "launcher_and_msrun":
         assert "its watchdog is stopping the job" in (log_dir / "msrun_node0.log").read_text()
+
+
+def listening_socket(port=0):
+    """A socket that holds 127.0.0.1:port (0: any free one), as another job's scheduler would."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
+@pytest.mark.msrun
+def test_a_port_in_use_is_refused_before_msrun(tmp_path):
+    with listening_socket() as sock:
+        port = sock.getsockname()[1]
+        rc, out, err, elapsed, _, log_dir = launch(tmp_path, SLEEPER, timeout=20, MASTER_PORT=str(port))
+    assert rc == 2, err
+    assert err.strip().splitlines() == [
+        f"msrun_launch: MASTER_PORT={port} is in use on 127.0.0.1 (another job or program holds it): "
+        "set MASTER_PORT to a free port"]
+    assert not (log_dir / "msrun_node0.log").exists()  # msrun never started
+
+
+@pytest.mark.msrun
+def test_a_second_job_on_the_default_port_gets_a_free_one(tmp_path):
+    """MASTER_PORT unset on one machine while 8118 is taken (another job's scheduler): the job runs on a free port."""
+    try:
+        holder = listening_socket(8118)
+    except OSError:  # something else holds it already: the same situation
+        holder = None
+    try:
+        rc, out, err, _, _, log_dir = launch(tmp_path, ALLREDUCE, timeout=90, MASTER_PORT="")
+    finally:
+        if holder is not None:
+            holder.close()
+    assert rc == 0, err
+    picked = [line for line in err.splitlines() if "the default MASTER_PORT=8118 is in use" in line]
+    assert len(picked) == 1, err
+    port = picked[0].rsplit("using free port ", 1)[1]
+    assert port.isdigit() and port != "8118"
+    assert f"--master_port={port}" in err
+    logs = "".join((log_dir / f"worker_{r}.log").read_text() for r in (0, 1))
+    assert logs.count("sum [3.0, 3.0, 3.0]") == 2
+
+
+# The scheduler runs the job's script too (up to init()): this one lets the test take the port first, as a second
+# job started at the same moment would, after the launcher's check found it free.
+SCHEDULER_LOSES_ITS_PORT = textwrap.dedent("""
+    import os, pathlib, time
+    if os.environ.get("MS_ROLE") == "MS_SCHED":
+        print("scheduler waiting", flush=True)
+        while not pathlib.Path("port_taken").exists():
+            time.sleep(0.05)
+    from mindspore.communication import init
+    init()
+    time.sleep(120)
+""")
+
+
+@pytest.mark.msrun
+def test_a_scheduler_that_cannot_bind_its_port_stops_the_job(tmp_path):
+    """msrun's scheduler failing (its port taken): without the launcher's check the workers would wait for it in
+    silence until the cluster timeout. Exit 1 within seconds, one line naming the port and what to do, the
+    scheduler's log, and nothing left."""
+    taken = []
+
+    def take_port(_proc):
+        taken.append(listening_socket(int(job_port)))
+        (tmp_path / "port_taken").write_text("")
+
+    job_port = str(free_port())
+    try:
+        rc, out, err, elapsed, after_seen, _ = launch(
+            tmp_path, SCHEDULER_LOSES_ITS_PORT, timeout=60, watch=("scheduler.log", "scheduler waiting"),
+            signal_when_seen=take_port, MASTER_PORT=job_port)
+    finally:
+        for sock in taken:
+            sock.close()
+    print(err)
+    assert rc == 1, err
+    lines = err.splitlines()
+    first = next(i for i, line in enumerate(lines) if "msrun's scheduler exited" in line)
+    assert lines[first] == (f"msrun_launch: msrun's scheduler exited: port {job_port} is in use on 127.0.0.1; set "
+                            f"MASTER_PORT to a free port (log: {tmp_path / 'logs' / 'scheduler.log'}); last lines:")
+    assert any("Traceback" in line for line in lines[first + 1:])  # the end of its log
+    assert after_seen is not None and after_seen < 15, f"{after_seen} s from the port taken to the launcher's exit"
 
 
 WRAPPER = 'bash "$1"\necho "wrapper: after run_grpo.sh"\n'  # a user's script that does not exec run_grpo.sh
@@ -297,7 +392,7 @@ def stub_repo(tmp_path, msrun_body):
     env = {k: v for k, v in os.environ.items()
            if k not in ("VIRTUAL_ENV", "WORKERS_PER_NODE", "NPUS_PER_NODE", "GPUS_PER_NODE")}
     env.update(PATH=f"{fake_bin}{os.pathsep}{os.environ['PATH']}", LOG_DIR=str(tmp_path / "logs"), QUIET="1",
-               ARGS_OUT=str(tmp_path / "args.txt"))
+               ARGS_OUT=str(tmp_path / "args.txt"), MASTER_PORT=str(free_port()))  # the launcher checks it is free
     return env, repo_copy / "scripts"
 
 
@@ -329,7 +424,7 @@ def test_detached_launcher_outlives_its_parent(tmp_path, how):
         time.sleep(2)  # several of the launcher's polls
         left = processes_with_tag(tag)
         assert msrun in left, "the detached job was stopped with its parent"
-        launcher = [pid for pid in left if b"msrun_launch.sh\0job.py" in open(f"/proc/{pid}/cmdline", "rb").read()]
+        launcher = [pid for pid in left if b"msrun_launch.sh\0job.py" in cmdline_of(pid)]
         # the launcher's own subshells (a command substitution, a poll) carry its command line for a moment
         launcher = [pid for pid in launcher if parent_of(pid) not in launcher]
         assert len(launcher) == 1

@@ -101,3 +101,61 @@ def test_token_log_probs_and_entropy_and_their_gradients_match_float64(rng):
         return (lp * Tensor(a)).sum() + (ent * Tensor(b)).sum()
     grad = ms.grad(objective)(Tensor(z)).asnumpy()
     np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-5)
+
+
+# (hidden, heads, KV heads, rows, tokens): micro-batches of 1 to 32 rows whose attention scores, hidden states and
+# logits fall on either side of models/broadcast.py's EXPAND_MIN, in every mix. Hidden 64, 4 heads, 2 KV heads at
+# 32 rows of 24 tokens (scores big, hidden states small) failed to compile: "The func graph is empty ... expand".
+SHAPES = [(64, 4, 2, 32, 24), (64, 4, 2, 1, 24), (64, 4, 2, 8, 24), (64, 4, 2, 16, 40), (32, 4, 2, 32, 24),
+          (64, 4, 4, 32, 16), (128, 8, 2, 32, 8), (128, 8, 2, 32, 32), (48, 6, 2, 4, 12), (64, 2, 1, 32, 30),
+          (32, 4, 1, 2, 64)]
+
+
+@pytest.mark.parametrize("hidden, heads, kv_heads, rows, tokens", SHAPES,
+                         ids=[f"h{h}-q{q}-kv{kv}-b{b}-t{t}" for h, q, kv, b, t in SHAPES])
+def test_training_graph_compiles_and_matches_pytorch_across_shapes(tmp_path, hidden, heads, kv_heads, rows, tokens,
+                                                                    rng):
+    """The actor's update graph (trainer/actor_graphs.py: log-probs of the response tokens only, through the
+    decoder's and TokenStats' own backwards) compiles at each shape, and the loss and every gradient match
+    PyTorch's."""
+    import mindspore as ms
+    from mindspore import Tensor, nn
+    from conftest import make_hf_checkpoint
+    from mindrl.models import from_pretrained
+    from mindrl.parallel.layout import to_external, transposed_names
+    from mindrl.runtime import setup_context
+    from mindrl.trainer.actor_graphs import ResponseLogProbs
+    setup_context("graph")
+    model = make_hf_checkpoint(tmp_path, "qwen2", hidden_size=hidden, intermediate_size=2 * hidden,
+                               num_attention_heads=heads, num_key_value_heads=kv_heads, num_hidden_layers=1).float()
+    response = 6  # as in the tiny task: the logits of a few positions, far below EXPAND_MIN
+    ids = rng.integers(0, model.config.vocab_size, size=(rows, tokens)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[0, : tokens // 3] = 0           # left padding
+    mask[-1, tokens - response // 2:] = 0  # right padding (the same row when there is one)
+    # a prediction counts when both its position and its target are real tokens (padding rows are arbitrary)
+    weights = rng.uniform(0.5, 1.5, size=(rows, response)).astype(np.float32) * mask[:, -response:] \
+        * mask[:, -response - 1:-1]
+    with_prompt = np.concatenate([np.zeros((rows, tokens - 1 - response), np.float32), weights], 1)
+    want_loss, want = _torch_grads(model, ids, mask, with_prompt)
+    lm = from_pretrained(str(tmp_path)).net
+
+    class Loss(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.scorer = ResponseLogProbs(lm, 1.0)
+
+        def construct(self, ids, mask, response_mask, w):
+            logp, _ = self.scorer(ids, mask, response_mask)
+            return -(logp * w).sum()
+
+    params = lm.trainable_params()
+    loss, grads = ms.value_and_grad(Loss(), None, params)(Tensor(ids), Tensor(mask),
+                                                          Tensor(mask[:, -response:]), Tensor(weights))
+    assert float(loss.asnumpy()) == pytest.approx(want_loss, rel=1e-5)
+    trans = transposed_names(lm)
+    got = {p.name: to_external(g.asnumpy(), p.name in trans) for p, g in zip(params, grads)}
+    assert sorted(got) == sorted(want)
+    for name, g in want.items():
+        err = np.abs(got[name] - g).max() / max(np.abs(g).max(), 1e-3)
+        assert err < 2e-4, f"{name}: max error {err:.2e} of the gradient's largest entry"

@@ -284,9 +284,13 @@ def test_float16_compute_is_close_to_float32(hf_models, rng):
     assert rel_err(half, torch_logits(ref_model, ids)) <= 1e-2
 
 
-def test_bfloat16_compute_falls_back_on_cpu(hf_models, rng):
+def test_bfloat16_compute_falls_back_on_cpu(hf_models, rng, caplog):
+    from mindrl.models import decoder
     path, ref_model = hf_models["qwen3"]
-    with pytest.warns(UserWarning, match="bfloat16 is not supported on CPU"):
+    decoder._SAID.discard("bf16")
+    with caplog.at_level("WARNING", logger="mindrl.models"):
         model = from_pretrained(path, dtype="bfloat16")
+    assert [r.message for r in caplog.records].count(
+        "compute_dtype bfloat16 is not supported on CPU (no bf16 MatMul kernel); computing in float32") == 1
     ids = rng.integers(0, VOCAB, size=(1, 9)).astype(np.int32)
     assert rel_err(model.logits(ids), torch_logits(ref_model, ids)) <= 1e-4

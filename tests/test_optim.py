@@ -69,11 +69,14 @@ def test_mini_batches_follow_rollout_order_without_shuffle():
             self.rows = []
 
         def micro_step(self, arrays, denom):
-            self.rows += [int(x) for x in arrays[0][:, 0]]
+            self.rows += [int(x) for x in arrays["row"][:, 0]]
             return [0.0, 0.0]
 
         def apply(self, lr):
             return 0.0
+
+        def weights_finite(self, exchange):
+            return True
 
     n = 8
     arrays = {"row": np.arange(n).reshape(n, 1), "loss_mask": np.ones((n, 3), np.float32)}

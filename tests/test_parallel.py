@@ -1,7 +1,6 @@
 """Tensor/data parallelism under msrun on CPU (2 workers), against single-process references."""
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys

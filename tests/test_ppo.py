@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import yaml
 
-from mindrl.config import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -190,11 +189,10 @@ def workdir(tmp_path_factory):
 
 def rm_yaml(d, name, **sections):
     """A `mindrl train-rm` yaml on the workdir; ``sections`` update its sections."""
-    doc = {"rm_config": dict(model=str(d / "policy"), tokenizer_name_or_path=TOKENIZER, save=str(d / name),
-                             overwrite=True, lr=0.01),
+    doc = {"rm_config": dict(model=str(d / "policy"), tokenizer_name_or_path=TOKENIZER, lr=0.01),
            "train": dict(global_batch_size=8, micro_batch_size=4, train_iters=1),
            "data": dict(path=str(d / "pairs.mindrecord"), shuffle=False),
-           "logging": dict(log_dir=str(d / f"{name}_logs"), tensorboard=False)}
+           "logging": dict(log_dir=str(d / name), tensorboard=False)}  # the model: <log_dir>/model
     for section, values in sections.items():
         doc.setdefault(section, {}).update(values)
     path = d / f"{name}.yaml"
@@ -273,7 +271,7 @@ def trained_rm(workdir):
                      train={"global_batch_size": 8, "micro_batch_size": 8, "train_iters": 2},
                      eval={"path": str(workdir / "pairs_heldout.mindrecord")})
     assert main(["train-rm", "--config", config]) == 0
-    return workdir / "rm"
+    return workdir / "rm" / "model"
 
 
 @pytest.fixture(scope="module")
@@ -347,7 +345,7 @@ def test_export_loads_in_transformers_with_mindrl_scores(workdir, trained_rm, hf
                                       list(range(len(seqs))), [0.0] * len(seqs), [0.0] * len(seqs), {}, 16, 8,
                                       run.pad_id)
         assert exp.prompt_mask[:, 0].sum() == 0 and exp.response_mask[:, -1].sum() == 0  # padded on both sides
-        got = RewardScorer(run).score(exp)
+        got = RewardScorer(run, run.plan.roles["reward_model"]).score(exp)
         ref = (want - doc["mean"]) / doc["std"] if normalize else want
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 / (doc["std"] if normalize else 1.0),
                                    err_msg=f"normalize={normalize}")
@@ -367,7 +365,7 @@ def test_export_stores_the_heldout_reward_statistics(workdir, trained_rm, hf_rew
     assert doc["mean"] == pytest.approx(both.mean(), abs=1e-5)
     assert doc["std"] == pytest.approx(both.std(ddof=1), rel=1e-4, abs=1e-6)
     assert reward_statistics(str(trained_rm)) == (doc["mean"], doc["std"])
-    with open(workdir / "rm_logs" / "metrics.jsonl") as fh:
+    with open(workdir / "rm" / "metrics.jsonl") as fh:
         after = [json.loads(line) for line in fh][-1]  # the eval after training is logged last
     assert after["rm/num_pairs"] == 8
     want = {"rm/accuracy": (r_c > r_r).mean(), "rm/margin_mean": (r_c - r_r).mean(), "rm/chosen_mean": r_c.mean(),
@@ -377,14 +375,49 @@ def test_export_stores_the_heldout_reward_statistics(workdir, trained_rm, hf_rew
 
 
 @pytest.mark.slow
+def test_train_rm_stopped_and_resumed_ends_as_an_uninterrupted_run(workdir):
+    """Issue 23 item 2: `mindrl train-rm` stopped by SIGINT after step 3 saves a checkpoint and prints the command
+    that resumes; that command, as printed, ends with the same weights and the same metrics as a run never stopped."""
+    from conftest import stop_then_resume
+    from mindrl.config.reward_training import load_reward_training_config
+    from mindrl.models.weights import TensorSource
+    from mindrl.trainer.reward_training import RewardModelTrainer, cli_main
+
+    def config(name):
+        return rm_yaml(workdir, name, rm_config={"load": str(workdir / "policy"), "lr": 0.05,
+                                                 "save": "<run_dir>/ckpt", "save_interval": 2},
+                       train={"global_batch_size": 4, "micro_batch_size": 2, "train_iters": 6},
+                       data={"shuffle": True, "margin_key": "margin"},
+                       eval={"path": str(workdir / "pairs_heldout.mindrecord")})
+    assert cli_main(["--config", config("rm_whole")]) == 0
+    stop_then_resume(RewardModelTrainer(load_reward_training_config(config("rm_stopped"))), cli_main, "train-rm")
+
+    def rows(name):
+        return [json.loads(line) for line in open(workdir / name / "metrics.jsonl")]
+    whole, resumed = rows("rm_whole"), rows("rm_stopped")
+    assert [r["step"] for r in resumed] == [r["step"] for r in whole] == [0, 1, 2, 3, 4, 5, 6, 6]
+    for a, b in zip(whole, resumed):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), (a["step"], key)
+    want, got = TensorSource(str(workdir / "rm_whole" / "model")), TensorSource(str(workdir / "rm_stopped" / "model"))
+    assert sorted(want.names()) == sorted(got.names())
+    for name in want.names():
+        np.testing.assert_allclose(got.get(name), want.get(name), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert json.loads((workdir / "rm_stopped" / "model" / "config.json").read_text())["mean"] == pytest.approx(
+        json.loads((workdir / "rm_whole" / "model" / "config.json").read_text())["mean"], rel=1e-5)
+
+
+@pytest.mark.slow
 def test_ppo_config_on_the_exported_reward_model_passes_preflight(workdir, trained_rm):
     from mindrl.trainer.preflight import preflight
     cfg = ppo_config(workdir, **{"reward_config.load": str(trained_rm), "reward_config.normalize": "true"})
     preflight(cfg)
     assert cfg.reward_config.model == str(trained_rm)   # the architecture from its config.json
     assert cfg.critic_config.model == str(trained_rm)   # the critic starts from the reward model (OpenRLHF)
-    from mindrl.trainer.roles.critic import initial_critic_weights
-    assert initial_critic_weights(cfg) == (str(trained_rm), "policy")
+    from mindrl.config.plan import critic_weights
+    w = critic_weights(cfg)
+    assert (w.path, w.part) == (str(trained_rm), "policy")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -559,17 +592,30 @@ def test_cli_exits_2_with_one_line_per_error(workdir, model_dirs, case, over, ke
     assert "mindspore imported: False" in proc.stdout
 
 
-def test_train_rm_cli_refuses_an_existing_output(workdir, capsys):
+@pytest.mark.parametrize("over, key, fragment", [
+    ({"rm_config": {"overwrite": True}}, "rm_config.overwrite", "written into the run directory, <run_dir>/model"),
+    ({"rm_config": {"save_interval": 5}}, "rm_config.save_interval", "rm_config.save is not set"),
+    ({"rm_config": {"finetune": False}}, "rm_config.load", "the train-rm checkpoint to resume"),
+    ({"rm_config": {"save": "ckpt/<run_dir>"}}, "rm_config.save", "<run_dir> stands for the run directory")])
+def test_train_rm_cli_refuses_keys_that_do_not_fit(workdir, capsys, over, key, fragment):
+    """train-rm writes its model into its run directory (<run_dir>/model), so rm_config.overwrite (which replaced a
+    fixed output directory silently) is gone, and says what replaced it; checkpoint keys need rm_config.save."""
     from mindrl.trainer.reward_training import cli_main
-    out = workdir / "rm_taken"
-    out.mkdir(exist_ok=True)
-    (out / "keep.txt").write_text("mine")
-    config = rm_yaml(workdir, "rm_taken", rm_config={"overwrite": False})
+    config = rm_yaml(workdir, f"rm_refused_{key.split('.')[1]}", **over)
     assert cli_main(["--config", config]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == "mindrl: config error:" and len(err) == 2, err
-    assert err[1].startswith(f"{config}: rm_config.save: ") and "overwrite" in err[1]
-    assert (out / "keep.txt").read_text() == "mine"
+    assert err[1].startswith(f"{config}: {key}: ") and fragment in err[1], err[1]
+    assert not (workdir / f"rm_refused_{key.split('.')[1]}").exists()  # refused before anything was written
+
+
+def test_train_rm_save_null_turns_checkpoints_off():
+    """`rm_config.save=null` on the example (which sets save_interval) turns checkpoints off, accepted: the user
+    said so; a save_interval without any save is refused (above)."""
+    from mindrl.config.reward_training import load_reward_training_config
+    cfg = load_reward_training_config(os.path.join(ROOT, "examples", "rm", "tiny_math.yaml"), ["rm_config.save=null"],
+                                      check_paths=False)
+    assert cfg.rm_config.save is None
 
 
 def test_critic_load_from_a_mindrl_checkpoint(workdir, model_dirs):
@@ -585,7 +631,7 @@ def test_critic_load_from_a_mindrl_checkpoint(workdir, model_dirs):
     (it / "trainer_state.json").write_text("{}")
     shutil.copytree(model_dirs["policy"], it / "policy")
     shutil.copytree(model_dirs["ok"], it / "critic")
-    from mindrl.io import write_manifest
+    from mindrl.manifest import write_manifest
     write_manifest(str(it), {"step": 4})  # what a real save seals it with (preflight checks it)
     from mindrl.models.weights import weights_path
     assert weights_path(str(root), "critic") == str(it / "critic")  # what Critic will load
@@ -640,7 +686,7 @@ rl_config:
   use_tensorboard: false
   integrated_mode_config:
     ref_model_load_path: {policy}
-  verifier_function: [acc]
+  verifier_function: [acc_for_ppo]
   verifier_weight: [1.0]
 ref:
   model: {policy}
@@ -660,9 +706,7 @@ data:
 
 def test_mindspeed_rl_ppo_yaml_loads_into_typed_values(tmp_path):
     from mindrl.algorithms import make_kl_controller
-    from mindrl.config import ALIASES, load_train_config
-    assert ALIASES["rl_config.init_kl_coef"] == "rl_config.kl_coef"
-    assert ALIASES["rl_config.integrated_mode_config.ref_model_load_path"] == "ref.ref_model_load_path"
+    from mindrl.config import load_train_config
     for name in ("prompts.mindrecord", "prompts.mindrecord.db"):
         (tmp_path / name).write_text("")
     policy = os.path.join(ROOT, "examples", "tiny", "policy")
@@ -674,7 +718,7 @@ def test_mindspeed_rl_ppo_yaml_loads_into_typed_values(tmp_path):
                    kl_ctrl_type="adaptive", kl_coef=0.05, kl_target=6.0, kl_horizon=10000, use_kl_in_reward=True,
                    use_kl_in_loss=False, kl_penalty="kl", n_samples_per_prompt=1, global_batch_size=8,
                    mini_batch_size=4, micro_batch_size=2, ppo_epochs=2, train_iters=20, clip_ratio=0.2,
-                   clip_ratio_low=0.2, clip_ratio_high=0.2, advantage_whiten=True, verifier_function=["acc"],
+                   clip_ratio_low=0.2, clip_ratio_high=0.2, advantage_whiten=True, verifier_function=["acc_for_ppo"],
                    verifier_weight=[1.0])
     for key, value in want_rl.items():
         got = getattr(rl, key)
@@ -699,5 +743,5 @@ def test_mindspeed_rl_ppo_yaml_loads_into_typed_values(tmp_path):
     # the alias and its canonical key together are one key given twice
     from mindrl.config import ConfigError
     path.write_text(path.read_text().replace("  init_kl_coef: 0.05\n", "  init_kl_coef: 0.05\n  kl_coef: 0.1\n"))
-    with pytest.raises(ConfigError, match="init_kl_coef: 0.05 conflicts with rl_config.kl_coef"):
+    with pytest.raises(ConfigError, match="rl_config.init_kl_coef conflicts with 0.1 from the file"):
         load_train_config(path)

@@ -47,11 +47,10 @@ def trainer_for(d, run, **over):
 
 def test_ptx_loss_and_gradient(workdir):
     """The ptx term of one mini-batch: its loss equals a float64 masked NLL from the model's logits, and the
-    gradient it adds to the actor's buffers equals pretrain_coef x the gradient of mindrl's SFT loss (another
-    code path: full logits, no vocab-parallel scoring) on the same rows."""
+    gradient it adds to the actor's buffers equals pretrain_coef x the gradient of a masked NLL written here (another
+    code path: full logits, MindSpore's log_softmax, no vocab-parallel scoring) on the same rows."""
     import mindspore as ms
     from mindspore import Tensor
-    from mindrl.trainer.sft import SFTLoss
     coef = 0.5
     t = trainer_for(workdir, "ptx", **{"rl_config.pretrain_coef": coef,
                                        "data.ptx_path": str(workdir / "sft.mindrecord")})
@@ -73,10 +72,20 @@ def test_ptx_loss_and_gradient(workdir):
     want = -(picked * m).sum() / m.sum()
     assert got == pytest.approx(want, rel=1e-5)
 
-    loss = SFTLoss(t.policy.net)
+    class FullLogitsNLL(ms.nn.Cell):  # another path than PPO-ptx's cell: full logits, MindSpore's log_softmax
+        def __init__(self, lm):
+            super().__init__()
+            self.lm = lm
+
+        def construct(self, ids, mask):
+            logp = ms.ops.log_softmax(self.lm(ids, ms.ops.ones_like(ids))[:, :-1], -1)
+            picked = ms.ops.gather_elements(logp, -1, ids[:, 1:].expand_dims(-1)).squeeze(-1)
+            m = mask[:, 1:].astype(ms.float32)
+            return -(picked * m).sum() / m.sum()
+
     params = t.policy.net.trainable_params()
-    grad_fn = ms.value_and_grad(loss, None, params)
-    _, grads = grad_fn(Tensor(ids[rows]), Tensor(np.ones_like(ids[rows])), Tensor(mask[rows]))
+    grad_fn = ms.value_and_grad(FullLogitsNLL(t.policy.net), None, params)
+    _, grads = grad_fn(Tensor(ids[rows]), Tensor(mask[rows]))
     for p, g, a in zip(params, grads, accum):
         np.testing.assert_allclose(a.asnumpy(), coef * g.asnumpy(), rtol=2e-4, atol=1e-7, err_msg=p.name)
 
@@ -93,16 +102,10 @@ def test_ptx_refusals(workdir, tmp_path):
     with pytest.raises(ConfigError, match=r"data.ptx_path: .*has no effect"):
         load_train_config(CONFIG, as_overrides(ppo_settings(workdir, "r2", **{
             "data.ptx_path": str(workdir / "sft.mindrecord")})))
-    # 2 prompts x 3 responses in mini-batches of 2: 2 SFT rows cannot split over 3 mini-batches
-    with pytest.raises(ConfigError, match=r"rl_config.pretrain_coef: .*over its 3 mini-batches"):
-        load_train_config(CONFIG, as_overrides(ppo_settings(workdir, "r3", **{
-            "rl_config.pretrain_coef": 0.1, "rl_config.global_batch_size": 2, "rl_config.n_samples_per_prompt": 3,
-            "rl_config.mini_batch_size": 2, "rl_config.micro_batch_size": 2,
-            "data.ptx_path": str(workdir / "sft.mindrecord")})))
-    # 6 SFT rows per mini-batch in micro-batches of 4
-    with pytest.raises(ConfigError, match=r"rl_config.pretrain_coef: .*micro_batch_size = 4"):
+    # 6 SFT rows per update (mini_batch_size 6 of 12 prompts) in micro-batches of 4
+    with pytest.raises(ConfigError, match=r"rl_config.pretrain_coef: PPO-ptx's 6 supervised rows per update .* micro-batches of rl_config.micro_batch_size 4"):
         load_train_config(CONFIG, as_overrides(ppo_settings(workdir, "r4", **{
-            "rl_config.pretrain_coef": 0.1, "rl_config.global_batch_size": 12, "rl_config.mini_batch_size": 12,
+            "rl_config.pretrain_coef": 0.1, "rl_config.global_batch_size": 12, "rl_config.mini_batch_size": 6,
             "rl_config.n_samples_per_prompt": 2, "data.ptx_path": str(workdir / "sft.mindrecord")})))
 
 

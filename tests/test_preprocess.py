@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mindrl.data import handlers
-from mindrl.data.preprocess import PreprocessConfigError, PreprocessError, cli_main, load_config, preprocess
+from mindrl.data.preprocess import PreprocessConfigError, PreprocessError, cli_main, load_dataset_config, preprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "examples", "tiny", "tokenizer")
@@ -54,7 +54,7 @@ def _config_file(tmp_path, **keys):
 def run(tmp_path, strict=False, overwrite=False, **cfg):
     cfg.setdefault("tokenizer_name_or_path", TINY)
     cfg.setdefault("output_prefix", str(tmp_path / "out" / "data"))
-    return preprocess(load_config(None, extra=cfg), strict=strict, overwrite=overwrite)
+    return preprocess(load_dataset_config(None, extra=cfg), strict=strict, overwrite=overwrite)
 
 
 def leftovers(directory):
@@ -185,6 +185,60 @@ def test_sft_handler_mindrlhf_layout(tmp_path, sp):
     assert got["loss_mask"].tolist() == [0] * len(prompt) + [1] * len(response) + [0] * rest
 
 
+def test_multi_turn_sft_learns_every_assistant_turn_of_the_chat_template(tmp_path):
+    """ShareGPT conversations (handler sharegpt): the tokens are transformers' apply_chat_template of the turns up
+    to the last answer, and the loss mask covers exactly each answer with its <|im_end|> (and the final eos)."""
+    transformers = pytest.importorskip("transformers")
+    tok_dir = _hf_qwen_dir(tmp_path / "tok")
+    ref = transformers.AutoTokenizer.from_pretrained(tok_dir)
+    rows = [{"conversations": [{"from": "human", "value": "x^2 + 3x = 10, find x."}, {"from": "gpt", "value": "x = 2"},
+                               {"from": "human", "value": "And the other root?"}, {"from": "gpt", "value": "x = -5"},
+                               {"from": "human", "value": "Thanks"}],  # after the last answer: dropped
+             "system": "You are a helpful assistant."},
+            {"conversations": [{"from": "human", "value": "Solve the following math problem step by step."},
+                               {"from": "gpt", "value": "Answer: $Answer"}]}]
+    summary = run(tmp_path, input=write_jsonl(tmp_path / "chat.jsonl", rows), tokenizer_name_or_path=tok_dir,
+                  tokenizer_type="HuggingFaceTokenizer", handler_name="sharegpt", prompt_type="hf", append_eod=True)
+    assert (summary.read, summary.written) == (2, 2)
+    role = {"human": "user", "gpt": "assistant"}
+    for row, got in zip(rows, read_back(summary.output)):
+        turns = [{"role": role[t["from"]], "content": t["value"]} for t in row["conversations"]]
+        last = max(i for i, t in enumerate(turns) if t["role"] == "assistant")
+        turns = turns[:last + 1]
+        if row.get("system"):
+            turns = [{"role": "system", "content": row["system"]}] + turns
+        text = ref.apply_chat_template(turns, tokenize=False)  # ends "<|im_end|>\n"; the row ends at the eos
+        ids, mask = got["pretrain_ids"].tolist(), got["loss_mask"].tolist()
+        assert ids[-1] == ref.convert_tokens_to_ids("<|im_end|>") and mask[-1] == 1  # append_eod: eos = <|im_end|>
+        assert ref.decode(ids[:-1]) == text[:-1]
+        learned = ref.decode([t for t, m in zip(ids[:-1], mask[:-1]) if m])
+        assert learned == "".join(t["content"] + "<|im_end|>" for t in turns if t["role"] == "assistant")
+        first = ref.apply_chat_template(turns[:next(i for i, t in enumerate(turns) if t["role"] == "assistant")],
+                                        add_generation_prompt=True, tokenize=True)
+        first = first["input_ids"] if hasattr(first, "keys") else first
+        assert got["prompt_ids"].tolist() == list(first) and ids[:len(first)] == list(first)
+        assert mask[:len(first)] == [0] * len(first)
+
+
+def test_multi_turn_sft_refuses_rows_it_cannot_learn_from(tmp_path, sp):
+    """OpenAI-style messages (handler messages); a row without an answer, with a tool turn, or for a template that
+    rewrites past answers (qwen3 drops their <think> part) is skipped by reason."""
+    think = [{"role": "user", "content": "1+1="}, {"role": "assistant", "content": "<think>so</think>2"},
+             {"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}]
+    rows = [{"messages": [{"role": "user", "content": "1+1="}, {"role": "assistant", "content": "2"}]},
+            {"messages": [{"role": "user", "content": "1+1="}]},
+            {"messages": [{"role": "user", "content": "1+1="}, {"role": "tool", "content": "2"}]}]
+    summary = run(tmp_path, input=write_jsonl(tmp_path / "m.jsonl", rows), handler_name="messages",
+                  prompt_type="empty")
+    assert summary.written == 1 and summary.skipped == {"empty_response": 1, "bad_messages": 1}
+    got = read_back(summary.output)[0]
+    assert got["pretrain_ids"].tolist() == sp.encode("1+1=") + sp.encode("2")
+    assert got["loss_mask"].tolist() == [0] * len(sp.encode("1+1=")) + [1] * len(sp.encode("2"))
+    with pytest.raises(PreprocessError, match=r"no rows written .*'template_rewrites_history': 1"):
+        run(tmp_path, overwrite=True, input=write_jsonl(tmp_path / "t.jsonl", [{"messages": think}]),
+            handler_name="messages", prompt_type="qwen3")
+
+
 def test_pairwise_handler(tmp_path, sp):
     rows = [{"prompt": "Is 2+2=4?", "pos_resp": "Yes.", "neg_resp": "No."},
             {"prompt": "Is 1+1=3?", "chosen": "No.", "rejected": "Yes."}]
@@ -268,6 +322,26 @@ def test_non_utf8_line_is_one_bad_row(tmp_path, caplog, sp, workers):
     back = read_back(summary.output)
     assert [r["prompt_ids"].tolist() for r in back] == [sp.encode("01+02="), sp.encode("2+2=")]
     with pytest.raises(PreprocessError, match=rf"{path}:2: not_utf8"):
+        run(tmp_path, strict=True, overwrite=True, input=str(path), handler_name="prompt", prompt_type="empty")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pathological_rows_are_skipped_and_counted(tmp_path, caplog, sp, workers):
+    """A row nested 100,000 deep (json.loads: RecursionError) and a row with a 5 MB field (more than a MindRecord
+    page holds) are bad rows like any other: skipped, counted, named by line; the good rows are written; --strict
+    stops at the first."""
+    path = tmp_path / "pathological.jsonl"
+    good = [json.dumps({"prompt": f"0{i}+01=", "labels": str(i + 1)}) for i in range(3)]
+    deep = '{"prompt": "1+1=", "labels": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    huge = json.dumps({"prompt": "2+2=", "labels": "4" * 5_000_000})
+    path.write_text("\n".join([good[0], deep, good[1], huge, good[2]]) + "\n")
+    with caplog.at_level(logging.WARNING, logger="mindrl.data.preprocess"):
+        summary = run(tmp_path, input=str(path), handler_name="prompt", prompt_type="empty", workers=workers)
+    assert (summary.read, summary.written, dict(summary.skipped)) == (5, 3, {"too_deeply_nested": 1, "too_large": 1})
+    assert f"{path}:2: too_deeply_nested (nested deeper than Python's recursion limit" in caplog.text
+    assert f"{path}:4: too_large (its fields take 5000024 bytes, more than the 2097152 a row may)" in caplog.text
+    assert [r["prompt_ids"].tolist() for r in read_back(summary.output)] == [sp.encode(f"0{i}+01=") for i in range(3)]
+    with pytest.raises(PreprocessError, match=rf"{path}:2: too_deeply_nested"):
         run(tmp_path, strict=True, overwrite=True, input=str(path), handler_name="prompt", prompt_type="empty")
 
 
@@ -419,24 +493,27 @@ def test_no_rows_is_an_error(tmp_path):
 def test_config_errors(tmp_path, caplog):
     base = {"input": "x.jsonl", "tokenizer_name_or_path": TINY, "output_prefix": "o"}
     with pytest.raises(PreprocessConfigError, match="unknown config key 'promt_type'"):
-        load_config(None, extra={**base, "promt_type": "qwen"})
+        load_dataset_config(None, extra={**base, "promt_type": "qwen"})
     with pytest.raises(PreprocessError, match="workers must be an integer"):
-        load_config(None, extra={**base, "workers": "two"})
+        load_dataset_config(None, extra={**base, "workers": "two"})
     with pytest.raises(PreprocessError, match="unknown handler_name 'nope'"):
-        load_config(None, extra={**base, "handler_name": "nope"})
+        load_dataset_config(None, extra={**base, "handler_name": "nope"})
     with pytest.raises(PreprocessError, match="unknown prompt_type 'nope'"):
-        load_config(None, extra={**base, "prompt_type": "nope"})
+        load_dataset_config(None, extra={**base, "prompt_type": "nope"})
     with pytest.raises(PreprocessError, match="pad_to_max_length needs max_prompt_length and seq_length"):
-        load_config(None, extra={**base, "handler_name": "sft", "pad_to_max_length": True})
+        load_dataset_config(None, extra={**base, "handler_name": "sft", "pad_to_max_length": True})
     with pytest.raises(PreprocessError, match="input is required"):
-        load_config(None, extra={"tokenizer_name_or_path": TINY, "output_prefix": "o"})
-    with caplog.at_level(logging.WARNING, logger="mindrl.data.preprocess"):
-        cfg = load_config(None, extra={**base, "cache_dir": "/tmp/cache", "pack": False})
-    assert "cache_dir" in caplog.text and cfg["workers"] == 1
+        load_dataset_config(None, extra={"tokenizer_name_or_path": TINY, "output_prefix": "o"})
+    with caplog.at_level(logging.INFO, logger="mindrl.data.preprocess"):
+        cfg = load_dataset_config(None, extra={**base, "cache_dir": "/tmp/cache", "pack": False})
+    assert "accepted, no effect in mindrl: cache_dir" in caplog.text and cfg["workers"] == 1
+    with pytest.raises(PreprocessError, match="pack: true is not used by mindrl because mindrl does not pack prompt "
+                                              "datasets"):
+        load_dataset_config(None, extra={**base, "pack": True})
     config = tmp_path / "c.yaml"
     config.write_text("input: a.jsonl\noutput_prefix: o\ntokenizer_name_or_path: t\nbogus: 1\n")
     with pytest.raises(PreprocessError, match=rf"'bogus' in {config}"):
-        load_config(str(config))
+        load_dataset_config(str(config))
     with pytest.raises(PreprocessConfigError, match="input file or directory not found"):
         run(tmp_path, input=str(tmp_path / "missing.jsonl"))
 
@@ -503,7 +580,7 @@ def test_overrides(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("input: a.jsonl\noutput_prefix: o\ntokenizer_name_or_path: t\n"
                       "map_keys: {prompt: problem, response: answer}\n")
-    cfg = load_config(str(config), ["workers=2", "map_keys.prompt=question", "dataset_additional_keys=[labels]",
+    cfg = load_dataset_config(str(config), ["workers=2", "map_keys.prompt=question", "dataset_additional_keys=[labels]",
                                     "prompt_type=qwen3", "enable_thinking=false"])
     assert cfg["workers"] == 2 and cfg["prompt_type"] == "qwen3" and cfg["enable_thinking"] is False
     assert cfg["map_keys"] == {"prompt": "question", "response": "answer"}
@@ -512,7 +589,7 @@ def test_overrides(tmp_path):
 
 @pytest.mark.parametrize("name", ["deepscaler", "math_17k", "gsm8k", "pairwise", "sft", "tiny_math"])
 def test_shipped_configs_are_valid(name):
-    cfg = load_config(os.path.join(ROOT, "configs", "datasets", f"{name}.yaml"))
+    cfg = load_dataset_config(os.path.join(ROOT, "configs", "datasets", f"{name}.yaml"))
     assert cfg["output_prefix"] and cfg["input"]
 
 

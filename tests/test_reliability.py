@@ -4,6 +4,7 @@ the uninterrupted one exactly, or a clear error naming the file or key (docs/rel
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -79,6 +80,17 @@ def flip_byte(path):
     path.write_bytes(bytes(data))
 
 
+def refusal(workdir, load_path, finetune="false", **over):
+    """The one line preflight refuses the tiny run loading ``load_path`` with (as `mindrl train` would, exit 2)."""
+    from mindrl.config import ConfigError
+    from mindrl.trainer.preflight import preflight
+    with pytest.raises(ConfigError) as err:
+        preflight(load(settings(workdir, "x", **{"actor_config.finetune": finetune,
+                                                  "actor_config.load": str(load_path), **over})))
+    assert len(err.value.errors) == 1, err.value.errors
+    return err.value.errors[0]
+
+
 def test_a_byte_flip_in_any_checkpoint_file_is_named_and_the_older_one_offered(workdir, saved, tmp_path):
     from mindrl.config import ConfigError
     from mindrl.trainer.preflight import preflight
@@ -139,7 +151,7 @@ def test_a_damaged_reference_model_is_named_before_anything_runs(workdir, saved,
 
 
 def test_an_unreadable_trainer_state_is_named(workdir, saved, tmp_path):
-    from mindrl.io import write_manifest
+    from mindrl.manifest import write_manifest
     from mindrl.models.safetensors_io import CheckpointError
     from mindrl.trainer import checkpoint as ck
     it = tmp_path / "iter_0000002"
@@ -164,6 +176,170 @@ def test_leftovers_of_a_crashed_save_are_removed_at_start(workdir, saved, tmp_pa
     assert sorted(os.listdir(root)) == ["iter_0000001", "iter_0000002", "latest_checkpointed_iteration.txt"]
     removed = [r.getMessage() for r in caplog.records if "a save that did not finish" in r.getMessage()]
     assert len(removed) == 2 and any(".iter_0000003.tmp-ranks" in m for m in removed), removed
+
+
+def test_a_trainer_state_with_a_step_no_run_can_be_at_is_refused(workdir, saved, tmp_path):
+    """A sealed trainer_state.json whose step is negative, not a whole number, or beyond rl_config.train_iters is
+    refused before anything is built, naming the file and the step (a run resumed at step -5 trained on)."""
+    from mindrl.manifest import write_manifest
+    for i, step in enumerate([-5, 2.5, "2", True, 99]):
+        it = tmp_path / f"case{i}" / "iter_0000002"
+        shutil.copytree(saved / "iter_0000002", it)
+        state = json.loads((it / "trainer_state.json").read_text())
+        state["step"] = step
+        (it / "trainer_state.json").write_text(json.dumps(state))
+        os.remove(it / "manifest.json")
+        write_manifest(str(it), {"step": 2})  # sealed as it is: only the step is wrong
+        line = refusal(workdir, it)
+        assert line.startswith(f"<config>: actor_config.load: {it / 'trainer_state.json'}: step {step!r}"), line
+        if step == 99:
+            assert "beyond rl_config.train_iters=6" in line, line
+
+
+def test_a_missing_tracker_lists_the_intact_checkpoints_to_resume_from(workdir, saved, tmp_path):
+    """Without latest_checkpointed_iteration.txt the save directory is not mistaken for weights (the advice was
+    finetune: true): the error lists the intact iter_* directories and the key that resumes from the newest."""
+    root = tmp_path / "ckpt"
+    shutil.copytree(saved, root)
+    os.remove(root / "latest_checkpointed_iteration.txt")
+    flip_byte(root / "iter_0000001" / "policy" / "model.safetensors")  # damaged: not offered
+    for finetune in ("false", "true"):
+        line = refusal(workdir, root, finetune)
+        assert line.startswith(f"<config>: actor_config.load: {root}: no latest_checkpointed_iteration.txt"), line
+        assert "finetune: true" not in line and "intact checkpoints: iter_0000002;" in line, line
+        assert f"actor_config.load={root / 'iter_0000002'}" in line, line
+
+
+# -- what a checkpoint may hold ------------------------------------------------------------------------------------
+def sealed_copy(saved, tmp_path):
+    root = tmp_path / "ckpt"
+    shutil.copytree(saved, root)
+    return root, root / "iter_0000002" / "policy", root / "iter_0000001" / "policy" / "model.safetensors"
+
+
+def write_index(part, weight_map):
+    (part / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def tensor_names(path):
+    from mindrl.models.safetensors_io import SafetensorsFile
+    return SafetensorsFile(str(path)).keys()
+
+
+@pytest.mark.parametrize("case", ["unlisted index", "index reaching outside, resealed", "symlink out"])
+def test_only_files_the_manifest_lists_are_read(workdir, saved, tmp_path, case):
+    """A file the manifest does not list never replaces sealed weights: an added model.safetensors.index.json (it
+    was preferred over the listed model.safetensors, so a resume trained on another checkpoint's weights), an index
+    whose paths leave the checkpoint (even when the manifest is rewritten to list it), and a listed file that is a
+    symbolic link out of the checkpoint directory are each refused before anything is built, naming the file."""
+    from mindrl.manifest import write_manifest
+    root, part, other = sealed_copy(saved, tmp_path)
+    if case == "unlisted index":
+        shutil.copy(other, part / "model-00001-of-00001.safetensors")
+        write_index(part, {n: "model-00001-of-00001.safetensors" for n in tensor_names(other)})
+        fragment = "model.safetensors.index.json: not listed in"
+    elif case == "index reaching outside, resealed":
+        write_index(part, {n: "../../iter_0000001/policy/model.safetensors" for n in tensor_names(other)})
+        os.remove(part.parent / "manifest.json")
+        write_manifest(str(part.parent), {"step": 2})
+        fragment = "'../../iter_0000001/policy/model.safetensors'"
+    else:
+        outside = tmp_path / "elsewhere.safetensors"
+        shutil.copy(part / "model.safetensors", outside)  # the same bytes: its checksum matches
+        os.remove(part / "model.safetensors")
+        os.symlink(outside, part / "model.safetensors")
+        fragment = "model.safetensors: outside the checkpoint directory"
+    for finetune in ("false", "true"):
+        line = refusal(workdir, root, finetune)
+        assert line.startswith("<config>: actor_config.load: ") and fragment in line, (case, line)
+
+
+def test_an_index_naming_files_outside_an_hf_directory_is_refused(saved, tmp_path):
+    """An HF directory's index may only name files inside it: no '..', no absolute path."""
+    from mindrl.models.safetensors_io import CheckpointError
+    from mindrl.models.weights import TensorSource
+    other = saved / "iter_0000001" / "policy" / "model.safetensors"
+    for i, target in enumerate([str(other), "../x/model.safetensors"]):
+        hf = tmp_path / f"hf{i}"
+        shutil.copytree(saved / "iter_0000002" / "policy", hf)
+        os.remove(hf / "model.safetensors")
+        write_index(hf, {n: target for n in tensor_names(other)})
+        with pytest.raises(CheckpointError, match=r"model\.safetensors\.index\.json: .* names " + re.escape(repr(target))):
+            TensorSource(str(hf))
+
+
+def test_any_one_byte_change_to_the_manifest_is_refused(workdir, saved, tmp_path):
+    """The manifest is checked as a whole: every one-byte change is refused. It was not: renaming a record's key
+    xxh3_64 made it read as an older size-only record, so a same-size flip in the weights was then loaded."""
+    from mindrl.models.safetensors_io import CheckpointError
+    from mindrl.trainer import checkpoint as ck
+    root, part, _ = sealed_copy(saved, tmp_path)
+    manifest = root / "iter_0000002" / "manifest.json"
+    original = manifest.read_bytes()
+    passed = []
+    for i in range(len(original)):
+        for mask in (0x01, 0x07, 0x20):
+            data = bytearray(original)
+            data[i] ^= mask
+            manifest.write_bytes(bytes(data))
+            try:
+                ck.verify(str(root / "iter_0000002"))
+                passed.append((i, mask, bytes(data[max(0, i - 12):i + 12])))
+            except CheckpointError:
+                pass
+    manifest.write_bytes(original)
+    ck.verify(str(root / "iter_0000002"))
+    assert not passed, f"{len(passed)} one-byte changes passed, e.g. {passed[:5]}"
+    # the reported case: the weights record's key renamed, then a same-size flip in the weights
+    text = original.decode()
+    at = text.index('"policy/model.safetensors"')
+    at = text.index('"xxh3_64"', at)
+    manifest.write_text(text[:at] + '"xxh3_65"' + text[at + 9:])
+    flip_byte(part / "model.safetensors")
+    assert str(manifest) in refusal(workdir, root)
+
+
+def test_a_manifest_of_another_format_is_refused_and_reseal_upgrades_an_older_one(workdir, saved, tmp_path):
+    """Manifests before format 2 carry no checksum of their own: they are refused (naming the command that
+    re-seals one after checking its files against it), and so is a newer format; after `mindrl reseal` the
+    checkpoint resumes."""
+    from mindrl.io import write_json
+    from mindrl.trainer.preflight import preflight
+    root, _, _ = sealed_copy(saved, tmp_path)
+    it = root / "iter_0000002"
+    current = json.loads((it / "manifest.json").read_text())
+    files = {rel: {"size": rec["size"], "xxh3_64": rec["xxh3_64"]} for rel, rec in current["files"].items()}
+    for header, fragment in [({"step": 2, "version": 3}, "format 3"), ({"step": 2}, f"`mindrl reseal {it}`")]:
+        os.remove(it / "manifest.json")
+        write_json(str(it / "manifest.json"), {**header, "files": files})
+        line = refusal(workdir, root)
+        assert str(it / "manifest.json") in line and fragment in line, line
+    res = subprocess.run([sys.executable, "-m", "mindrl.cli", "reseal", str(it)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.startswith(f"resealed {it}: {len(files)} files checked against its "
+                                                         f"format-1 manifest ({len(files)} by checksum, 0 by size"), res
+    preflight(load(settings(workdir, "x", **{"actor_config.finetune": "false", "actor_config.load": str(root)})))
+
+
+def test_two_runs_on_one_save_directory_keep_each_others_staging(tmp_path):
+    """A save in progress is never removed by another run that starts or saves on the same directory: a staging
+    directory carries its saving process's pid, and only those whose process is gone are cleaned up."""
+    from mindrl.io import remove_stale_staging
+    from mindrl.trainer import checkpoint as ck
+    root = str(tmp_path / "ckpt")
+    code = ("import os, time\nfrom mindrl.trainer import checkpoint as ck\n"
+            f"p = ck.begin({root!r}, 3)\nopen(os.path.join(p, 'part'), 'w').write('x')\nprint(p, flush=True)\n"
+            "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        theirs = proc.stdout.readline().strip()
+        assert theirs, "the other run did not start its save"
+        ours = ck.begin(root, 3)  # this run saves the same step (and cleans leftovers first)
+        assert remove_stale_staging(root) == [] and os.path.exists(os.path.join(theirs, "part")) and ours != theirs
+    finally:
+        proc.kill()
+        proc.wait()
+    assert remove_stale_staging(root) == [theirs] and os.path.isdir(ours)  # its process is gone; ours is alive
 
 
 # -- killed processes ------------------------------------------------------------------------------------------
@@ -268,11 +444,12 @@ def test_kill_9_in_the_middle_of_a_save_leaves_the_previous_checkpoint_newest(wo
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     root = workdir / run / "ckpt"
     assert newest_checkpoint(root).endswith("iter_0000002")
-    assert not (root / "iter_0000003").exists() and (root / ".iter_0000003.tmp-ranks").exists()
+    staged = [n for n in os.listdir(root) if re.fullmatch(r"\.iter_0000003\.tmp-ranks\d+", n)]
+    assert not (root / "iter_0000003").exists() and len(staged) == 1, os.listdir(root)  # named after the dead pid
     res = cli(resume_settings(workdir, run))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert ".iter_0000003.tmp-ranks: a save that did not finish" in res.stderr
-    assert not (root / ".iter_0000003.tmp-ranks").exists()
+    assert f"{staged[0]}: a save that did not finish" in res.stderr
+    assert not (root / staged[0]).exists()
     assert_same_trajectory(workdir, run, uninterrupted)
 
 
@@ -364,6 +541,98 @@ def test_a_disk_that_fills_up_mid_run_keeps_the_last_checkpoint(workdir, saved, 
     seen = listing.read_text().split()
     assert sorted(x for x in seen if x not in (".", "..")) == \
         ["iter_0000001", "latest_checkpointed_iteration.txt", "verified"], seen
+
+
+# -- a log directory that fills up ---------------------------------------------------------------------------------
+@needs_mounts
+def test_a_full_log_directory_stops_the_run_with_one_line(workdir, tmp_path):
+    """logging.log_dir on a 2 MiB tmpfs that a filler fills once the first row is in metrics.jsonl (TensorBoard on,
+    checkpoints elsewhere, after every step): exit 1 and one line naming metrics.jsonl and what to do, no traceback;
+    the checkpoint it names is the newest, complete, and no later one was begun."""
+    mount = tmp_path / "disk"
+    s = settings(workdir, "full_log", **{"logging.log_dir": str(mount / "logs"), "logging.tensorboard": "true",
+                                         "rl_config.train_iters": 30})
+    fill = (f'"$@" & pid=$!; while [ ! -s "{mount}/logs/metrics.jsonl" ] && kill -0 $pid 2>/dev/null; do sleep 0.1; '
+            f'done; dd if=/dev/zero of="{mount}/filler" bs=4k 2>/dev/null; wait $pid')
+    res = cli(s, timeout=600, prefix=in_tmpfs(mount, "size=2m") + ["sh", "-c", fill, "sh"])
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and "Exception" not in res.stderr, res.stderr[-3000:]
+    errors = [line for line in res.stderr.splitlines() if "error" in line.lower()]
+    ckpt = workdir / "full_log" / "ckpt"
+    from mindrl.trainer import checkpoint as ck
+    newest = ck.latest_step(str(ckpt))
+    assert errors == [f"mindrl train: error: cannot write {mount / 'logs' / 'metrics.jsonl'}: No space left on device; "
+                      f"the run stopped at step {newest + 1}. Free space there or set logging.log_dir to a directory "
+                      f"with room, then resume from the newest checkpoint, {ck.iter_dir(str(ckpt), newest)} "
+                      f"(actor_config.load={ckpt} actor_config.finetune=false)"], res.stderr[-3000:]
+    ck.verify(ck.iter_dir(str(ckpt), newest))
+    assert sorted(os.listdir(ckpt)) == sorted([f"iter_{i:07d}" for i in range(1, newest + 1)] +
+                                              ["latest_checkpointed_iteration.txt"])
+
+
+def test_a_tensorboard_that_cannot_write_is_one_warning_and_the_run_goes_on(tmp_path, monkeypatch, caplog):
+    """TensorBoard beside metrics.jsonl is a view of the same numbers: when its events cannot be written, one warning
+    names the directory, and every step still reaches metrics.jsonl."""
+    import errno
+    from mindrl.trainer import tensorboard
+    from mindrl.trainer.metrics import MetricsLogger
+    logger = MetricsLogger(str(tmp_path), jsonl=True, tensorboard=True)
+    logger.log(1, {"x": 1.0})
+
+    def full(self, step, metrics):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(tensorboard.ScalarWriter, "write", full)
+    for step in (2, 3):
+        logger.log(step, {"x": float(step)})
+    logger.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"cannot write {tmp_path / 'tensorboard'}: No space left on device; TensorBoard is off for the rest of the "
+        "run (metrics.jsonl has every number)"]
+    assert [row["step"] for row in rows(tmp_path)] == [1, 2, 3]
+    assert tensorboard_scalars(tmp_path / "tensorboard") == [(1, "x", 1.0)]  # what was written before stays readable
+
+
+def tensorboard_scalars(directory):
+    """(step, tag, value) of every scalar in the event files under ``directory`` (TFRecords of Event protos)."""
+    import struct
+    from tensorboardX.proto.event_pb2 import Event
+    out = []
+    for name in sorted(os.listdir(directory)):
+        data = (directory / name).read_bytes()
+        while data:
+            (n,) = struct.unpack("Q", data[:8])
+            event = Event.FromString(data[12:12 + n])
+            data = data[12 + n + 4:]
+            out += [(event.step, v.tag, v.simple_value) for v in event.summary.value]
+    return out
+
+
+@pytest.mark.parametrize("jsonl", [True, False], ids=["metrics.jsonl", "tensorboard alone"])
+def test_a_record_that_cannot_be_written_is_log_write_failed(tmp_path, monkeypatch, jsonl):
+    """metrics.jsonl, or TensorBoard when it is the only record: LogWriteFailed naming the file, and nothing written
+    later (no flush at close or at exit)."""
+    import errno
+    from mindrl.trainer import tensorboard
+    from mindrl.trainer.metrics import LogWriteFailed, MetricsLogger
+    logger = MetricsLogger(str(tmp_path), jsonl=jsonl, tensorboard=True)
+    logger.log(1, {"x": 1.0})
+
+    class Full:
+        def write(self, *args):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        close = write  # what could not be written is flushed again at close
+
+    if jsonl:
+        logger._jsonl.close()
+        monkeypatch.setattr(logger, "_jsonl", Full())
+    else:
+        monkeypatch.setattr(tensorboard.ScalarWriter, "write", Full.write)
+    where = tmp_path / ("metrics.jsonl" if jsonl else "tensorboard")
+    with pytest.raises(LogWriteFailed, match=f"^cannot write {where}: No space left on device$"):
+        logger.log(2, {"x": 2.0})
+    logger.close()  # nothing left to write
 
 
 # -- inputs that do not fit the model ------------------------------------------------------------------------------

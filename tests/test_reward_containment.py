@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from mindrl.config import ConfigError, load_train_config
-from mindrl.rewards import RewardComputer, extract_math_answer, format_reward, get_verifier, last_boxed
+from mindrl.rewards import RewardComputer, extract_math_answer, get_verifier, last_boxed, r1_format_reward
+from mindrl.config.plan import plan_reward
 from mindrl.rewards.computer import RewardError, build_reward_computer
 from mindrl.rewards.containment import reward_value
 
@@ -173,9 +174,8 @@ def test_reward_funcs_callable_times_out_in_a_worker(tmp_path, monkeypatch):
         "    if response == 'hang':\n        time.sleep(3600)\n    return 0.5\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     from slow_rewards_mod import slow_reward
-    rl = SimpleNamespace(verifier_function=["slow_reward"], verifier_weight=[2.0], custom_reward_file=None,
-                         verifier_timeout=1.0, reward_fallback=0.0)
-    rc = build_reward_computer(rl, reward_funcs=[slow_reward])
+    plan = SimpleNamespace(verifiers=(("slow_reward", 2.0),), custom_reward_file=None, timeout=1.0, fallback=0.0)
+    rc = build_reward_computer(plan, reward_funcs=[slow_reward])
     try:
         assert rc.placement["slow_reward"] == ("worker", {"attr": "slow_rewards_mod:slow_reward"})
         out, elapsed = within(30, rc, ["x", "hang", "y"], ["", "", ""])
@@ -195,9 +195,8 @@ def test_unimportable_callable_times_out_in_a_thread():
             return len(response) / 10
         return local_reward
 
-    rl = SimpleNamespace(verifier_function=["local_reward"], verifier_weight=[1.0], custom_reward_file=None,
-                         verifier_timeout=1.0, reward_fallback=-0.5)
-    rc = build_reward_computer(rl, reward_funcs=[make()])
+    plan = SimpleNamespace(verifiers=(("local_reward", 1.0),), custom_reward_file=None, timeout=1.0, fallback=-0.5)
+    rc = build_reward_computer(plan, reward_funcs=[make()])
     try:
         assert rc.placement["local_reward"] == ("thread",) and rc.reward_pool is None
         out, elapsed = within(30, rc, ["abcd", "hang", "boom", "ab"], ["", "", "lbl", ""])
@@ -209,6 +208,104 @@ def test_unimportable_callable_times_out_in_a_thread():
         assert out.failures == 0 and np.allclose(out.scores, 0.5)
     finally:
         rc.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# processes a reward call starts
+
+
+# Each call starts a process in a new session and a daemon (double fork, setsid), both carrying the label (a
+# marker unique to the test) on their command line; "hang" then hangs, "crash" kills its worker.
+SPAWNER = textwrap.dedent("""
+    import os, subprocess, sys, time
+    from mindrl.rewards import register_reward
+
+    def sleeper(marker):
+        return [sys.executable, "-c", "import time; time.sleep(300)", marker]
+
+    @register_reward("spawner")
+    def spawner(response, label):
+        subprocess.Popen(sleeper(label + "-session"), start_new_session=True)
+        pid = os.fork()
+        if pid == 0:  # the daemon: its parent exits at once, so it is nobody's child but init's (or a subreaper's)
+            os.setsid()
+            if os.fork() == 0:
+                os.execv(sys.executable, sleeper(label + "-daemon"))
+            os._exit(0)
+        os.waitpid(pid, 0)
+        if response == "hang":
+            time.sleep(3600)
+        if response == "crash":
+            time.sleep(0.5)  # the daemon's exec has surely happened
+            os._exit(3)
+        return 1.0
+    """)
+
+
+def processes_with(marker):
+    """Live processes whose command line holds ``marker``: 'pid: command line'."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline and alive(int(pid)):
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+def gone_within(marker, seconds):
+    """Fail (after killing them, so that the test leaks nothing) when processes with ``marker`` outlive ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while (left := processes_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for line in left:
+        os.kill(int(line.split(":")[0]), 9)
+    assert not left, f"processes a reward call started outlived it: {left}"
+
+
+@pytest.mark.parametrize("case", ["returns", "hangs", "crashes"])
+def test_processes_a_reward_call_starts_are_gone_when_it_ends(tmp_path, case):
+    """Processes in a new session and daemons (double fork) that a reward call started are killed when the call
+    ends, when it is cut by the timeout, and when it kills its worker."""
+    (tmp_path / "spawning.py").write_text(SPAWNER)
+    marker = f"mindrl-test-{os.getpid()}-{time.monotonic_ns()}"
+    response = {"returns": "fine", "hangs": "hang", "crashes": "crash"}[case]
+    rc = RewardComputer(["spawner"], [1.0], custom_reward_file=str(tmp_path / "spawning.py"), timeout=3.0,
+                        fallback=0.0)
+    try:
+        out, _ = within(30, rc, [response, "fine"], [marker, marker + "-next"])
+        assert out.scores.tolist() == ([1.0] if case == "returns" else [0.0]) + [1.0]
+        gone_within(marker, 0.5)
+        assert rc.reward_pool.pids()  # the worker lives on (a new one after a hang or a crash)
+    finally:
+        rc.close()
+
+
+def test_a_run_leaves_no_process_its_rewards_started(tmp_path):
+    """`mindrl train` with a custom reward that starts processes in new sessions and daemons on every call: exit 0,
+    and none of them is left."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from conftest import as_overrides, make_grpo_workdir, tiny_run_settings
+    d = make_grpo_workdir(tmp_path)
+    marker = f"mindrl-test-{os.getpid()}-{time.monotonic_ns()}"
+    (d / "spawning.py").write_text(SPAWNER + textwrap.dedent(f"""
+        @register_reward("spawns")
+        def spawns(response, label):
+            return spawner("fine", {marker!r})
+        """))
+    settings = tiny_run_settings(d, d / "logs", **{
+        "rl_config.verifier_function": "[last_number,spawns]", "rl_config.custom_reward_file": str(d / "spawning.py")})
+    # output to a file, not a pipe: processes left holding a pipe would keep subprocess.run waiting for its end
+    with open(tmp_path / "train.log", "w") as log:
+        res = subprocess.run([sys.executable, "-m", "mindrl.cli", "train", "--config",
+                              os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml")] + as_overrides(settings),
+                             cwd=str(tmp_path), env=dict(os.environ, GLOG_v="3"), stdout=log, stderr=subprocess.STDOUT,
+                             timeout=600)
+    assert res.returncode == 0, (tmp_path / "train.log").read_text()[-3000:]
+    gone_within(marker, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,8 +463,8 @@ def test_builtins_are_fast_on_adversarial_text():
     """Each case was slow in the trainer at some commit; each is decided in well under the timeout now."""
     n = 100_000
     cases = [
-        ("format", "<think>a</think><answer>" + "x" * n + "</answer>y", "", 0.0),  # was quadratic (backtracking)
-        ("strict_format", "<think>\n" + "a\n" * n + "</think>\n<answer>\nx\n</answer>z", "", 0.0),
+        ("r1_format", "<think>a</think><answer>" + "x" * n + "</answer>y", "", 0.0),  # was quadratic (backtracking)
+        ("r1_strict_format", "<think>\n" + "a\n" * n + "</think>\n<answer>\nx\n</answer>z", "", 0.0),
         ("last_number", "1," * n + "9" * n, "9", 0.0),
         ("math_acc", "<answer>" * (n // 8) + "\\boxed{7}", "7", 1.0),  # was quadratic (lazy regex per start)
         ("math_acc", "\\boxed{" + "9" * n + "}", "0" + "9" * n, 1.0),  # int() refuses > 4300 digits
@@ -403,7 +500,8 @@ def test_builtins_in_workers_score_what_they_score_in_the_trainer():
     """Every built-in through the reward workers (two of them, so shares and order matter) against the same function
     called here, float for float; math_acc and base_acc against their batch form in this process."""
     from mindrl.rewards import MathVerifyPool
-    from mindrl.rewards.verifiers import base_acc_score_batch, math_score_batch
+    from mindrl.rewards.mindspeed_verifiers import base_acc_score_batch
+    from mindrl.rewards.verifiers import math_score_batch
     texts, labels = _corpus(random.Random(3), 300)
     names = ["last_number", "format", "strict_format", "step", "math_acc", "base_acc"]
     rc = RewardComputer(names, [1.0, 0.5, 0.25, 0.125, 2.0, 1.5], reward_workers=2)
@@ -465,7 +563,7 @@ def _regex_extract(response):
 
 
 def _regex_format(response):
-    """format_reward as it was, with a regex (quadratic on a long answer): the reference."""
+    """r1_format_reward as it was, with a regex (quadratic on a long answer): the reference."""
     once = lambda t, tag: t.count(f"<{tag}>") == 1 and t.count(f"</{tag}>") == 1  # noqa: E731
     text = response.strip()
     if not (text.startswith("<think>") and once(text, "think")):
@@ -484,7 +582,7 @@ def test_linear_scans_agree_with_the_regexes():
     for _ in range(5000):
         text = "".join(rng.choice(parts) for _ in range(rng.randint(0, 10)))
         assert extract_math_answer(text) == _regex_extract(text), text
-        assert format_reward(text) == _regex_format(text), text
+        assert r1_format_reward(text) == _regex_format(text), text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -527,9 +625,12 @@ def test_unknown_verifier_is_refused_at_load(ws):
     assert "math_acc" in line and "format" in line
 
 
-def test_a_mindspeed_name_without_equivalent_is_refused_with_the_reason(ws):
-    line = one_error(ws, verifier_function=["acc_for_ppo"])
-    assert line.startswith("cfg.yaml: rl_config.verifier_function: 'acc_for_ppo' is MindSpeed-RL's PPO variant")
+def test_a_mindspeed_name_without_equivalent_is_refused_with_the_reason(ws, monkeypatch):
+    from mindrl.rewards import verifiers
+    load_train_config(config(ws, verifier_function=["acc_for_ppo"]))  # every MindSpeed-RL name is provided now
+    monkeypatch.setitem(verifiers.NOT_PROVIDED, "peer_only", "is a peer's verifier with no equivalent; use math_acc")
+    line = one_error(ws, verifier_function=["peer_only"])
+    assert line.startswith("cfg.yaml: rl_config.verifier_function: 'peer_only' is a peer's verifier with no equivalent")
     assert "valid names: " in line
 
 
@@ -539,14 +640,15 @@ def test_mindspeed_base_acc_and_step_load(ws):
 
 
 def test_mindspeed_alias_is_accepted_and_mapped(ws):
-    cfg = load_train_config(config(ws, verifier_function=["math_17k_acc", "format", "strict_format"],
+    cfg = load_train_config(config(ws, verifier_function=["acc_for_ppo", "format", "strict_format"],
                                    verifier_weight=[1.0, 0.5, 0.5]))
-    assert cfg.rl_config.verifier_function == ["math_17k_acc", "format", "strict_format"]  # kept as written
-    rc = build_reward_computer(cfg.rl_config)
+    assert cfg.rl_config.verifier_function == ["acc_for_ppo", "format", "strict_format"]  # kept as written
+    rc = build_reward_computer(plan_reward(cfg))
     try:
-        assert rc.fns[0] is get_verifier("math_acc")
-        out = rc(["<think>x</think><answer>\\boxed{145}</answer>"], ["145"])
-        assert out.per_verifier["math_17k_acc"].tolist() == [1.0] and out.scores.tolist() == [1.5]
+        assert rc.fns[0] is get_verifier("math_17k_acc")  # MindSpeed-RL's acc_for_ppo is its math_17k_acc
+        out = rc(["<think>x</think><answer>\\boxed{145}</answer>", "<think>x</think>145"], ["145", "145"])
+        assert out.per_verifier["acc_for_ppo"].tolist() == [1.0, 0.0]
+        assert out.scores.tolist() == [2.0, -0.25]  # strict_format scores -0.5 without the layout
     finally:
         rc.close()
 
@@ -566,7 +668,7 @@ def test_custom_file_names_count_at_load(ws):
 def test_reward_fallback_key(ws):
     cfg = load_train_config(config(ws, reward_fallback=-1))
     assert cfg.rl_config.reward_fallback == -1.0 and isinstance(cfg.rl_config.reward_fallback, float)
-    rc = build_reward_computer(cfg.rl_config)
+    rc = build_reward_computer(plan_reward(cfg))
     assert rc.fallback == -1.0 and rc.timeout == 5.0
     line = one_error(ws, reward_fallback=float("nan"))
     assert line.startswith("cfg.yaml: rl_config.reward_fallback: ")
@@ -575,10 +677,11 @@ def test_reward_fallback_key(ws):
 def test_cli_refuses_unknown_verifier_before_anything_is_built(ws):
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, "-m", "mindrl.cli", "train", "--config", config(ws, verifier_function=
-                         ["acc_for_ppo"])], cwd=ws, capture_output=True, text=True, timeout=120,
+                         ["acc_for_ppp"])], cwd=ws, capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, GLOG_v="3", PYTHONPATH=ROOT))
     assert res.returncode == 2, res.stderr[-2000:]
-    assert "cfg.yaml: rl_config.verifier_function: 'acc_for_ppo' is MindSpeed-RL's" in res.stderr
+    assert ("cfg.yaml: rl_config.verifier_function: unknown verifier 'acc_for_ppp' (did you mean 'acc_for_ppo'?)"
+            in res.stderr)
     assert time.monotonic() - t0 < 30
 
 

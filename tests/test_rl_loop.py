@@ -129,7 +129,7 @@ def reference_advantages(exp, rl, beta, scores=None):
             for j in range(t):
                 if resp[i, j]:
                     kl[i, j] = kl_est(float(exp.old_log_probs[i, j]), float(exp.ref_log_probs[i, j]), rl.kl_penalty)
-    scores = exp.scores if scores is None else scores
+    scores = exp.score if scores is None else scores
     rewards = -beta * kl
     for i in range(n):
         last = int(resp[i].sum()) - 1
@@ -222,7 +222,7 @@ def case_settings(case, workdir):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_one_step_matches_float64_reference(ppo_models, case):
-    from mindrl.trainer.metrics import Timers
+    from mindrl.trainer.metrics import Timers, rollout_metrics
     workdir = ppo_models
     t = trainer_for(workdir, **case_settings(case, workdir))
     rl = t.cfg.rl_config
@@ -237,7 +237,9 @@ def test_one_step_matches_float64_reference(ppo_models, case):
         np.testing.assert_allclose(exp.token_rewards, want_rewards, rtol=1e-5, atol=1e-6)
     else:  # the others read each sequence's total: no token rewards are built, the totals are reported
         assert exp.token_rewards is None
-        assert metrics["critic/rewards/mean"] == pytest.approx(want_rewards.sum(1).mean(), rel=1e-6, abs=1e-9)
+        np.testing.assert_allclose(exp.reward, want_rewards.sum(1), rtol=1e-6, atol=1e-9)
+        reported = rollout_metrics(exp, t.run.plan.rollout.max_tokens, t.estimator.needs_groups)
+        assert reported["critic/rewards/mean"] == pytest.approx(want_rewards.sum(1).mean(), rel=1e-6, abs=1e-9)
     np.testing.assert_allclose(exp.advantages, want, rtol=1e-4, atol=1e-5)
     if rl.adv_estimator == "gae":
         lengths = exp.loss_mask.sum(1)
@@ -249,8 +251,9 @@ def test_one_step_matches_float64_reference(ppo_models, case):
         # the critic's clipped value loss on this rollout (one micro-batch: V = V_old, so no clipping yet)
         from mindrl.algorithms.denominators import loss_denominator
         v = t.critic.values(exp).astype(np.float64)
-        outs = t.critic.updater.micro_step([exp.input_ids, exp.attention_mask, exp.loss_mask, exp.values,
-                                            exp.returns], loss_denominator(exp.loss_mask, "token-mean"))
+        outs = t.critic.updater.micro_step({"input_ids": exp.input_ids, "attention_mask": exp.attention_mask,
+                                             "loss_mask": exp.loss_mask, "old_values": exp.values,
+                                             "returns": exp.returns}, loss_denominator(exp.loss_mask, "token-mean"))
         vf_loss, clipfrac = reference_value_loss(v, exp.values, exp.returns, exp.loss_mask, rl.cliprange_value)
         assert outs[1] == pytest.approx(vf_loss, rel=1e-5) and outs[0] == outs[1]
         assert vf_loss > 0.1 and outs[2] == clipfrac == 0.0
@@ -267,8 +270,10 @@ def test_one_step_matches_float64_reference(ppo_models, case):
     logp = t.policy.log_probs(exp).astype(np.float64)
     from mindrl.algorithms.denominators import loss_denominator
     ref = exp.ref_log_probs if exp.ref_log_probs is not None else np.zeros_like(exp.old_log_probs)
-    outs = t.policy.updater.micro_step([exp.input_ids, exp.attention_mask, exp.loss_mask, exp.old_log_probs,
-                                        exp.advantages, ref], loss_denominator(exp.loss_mask, rl.loss_agg_mode))
+    outs = t.policy.updater.micro_step({"input_ids": exp.input_ids, "attention_mask": exp.attention_mask,
+                                         "loss_mask": exp.loss_mask, "old_log_probs": exp.old_log_probs,
+                                         "advantages": exp.advantages, "ref_log_probs": ref},
+                                        loss_denominator(exp.loss_mask, rl.loss_agg_mode))
     assert outs[0] == pytest.approx(reference_loss(exp, logp, rl), rel=1e-4, abs=1e-6)
 
 
@@ -370,7 +375,7 @@ def test_reward_clip_range_bounds_the_scores_of_the_advantages(ppo_models, clip)
     low, high = (0.5, 1.5) if clip is None else clip
     assert min(raw) < low and max(raw) > high, raw  # the rollout has scores beyond both bounds
     want = np.array(raw if clip is None else [min(max(x, low), high) for x in raw])
-    np.testing.assert_allclose(exp.scores, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(exp.score, want, rtol=1e-6, atol=1e-7)
     beta = t.kl_ctrl.value
     m = t.compute_advantages(exp)
     assert m["actor/reward_kl_penalty"] > 1e-3  # a KL penalty that an unclipped or clipped-after-KL score would show

@@ -137,6 +137,31 @@ def test_errors():
         render("qwen", 42)
 
 
+def test_enable_thinking_only_where_a_template_has_the_switch():
+    """A key that would change nothing is refused, not ignored: qwen3 has the switch, the others do not."""
+    assert get_template("qwen3", enable_thinking=False).name == "qwen3"
+    for name in ("qwen", "chatml", "llama3", "empty"):
+        with pytest.raises(TemplateError, match=f"prompt_type '{name}' has no thinking switch"):
+            get_template(name, enable_thinking=True)
+        with pytest.raises(TemplateError, match="no thinking switch"):
+            render(name, Q, enable_thinking=False)
+    assert render("qwen", Q, enable_thinking=None) == EXPECTED_SINGLE_TURN["qwen"]
+
+
+def test_hf_is_the_tokenizers_own_template():
+    from mindrl.data.templates import check_prompt_type
+    with pytest.raises(TemplateError, match="unknown prompt_type 'nope'.*or hf \\(the tokenizer's own chat template"):
+        get_template("nope")
+    with pytest.raises(TemplateError, match="pass the tokenizer"):
+        render("hf", Q)
+    check_prompt_type("hf")          # nothing to check before the tokenizer is there
+    check_prompt_type("qwen3", enable_thinking=False)
+    with pytest.raises(TemplateError, match="prompt_type_path: prompt_type hf"):
+        check_prompt_type("hf", "my_templates.json")
+    with pytest.raises(TemplateError, match="template name"):
+        get_template(3)
+
+
 def test_custom_templates_file(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"mine": {"user": "Q: {content}\n", "assistant_start": "A:"}}))

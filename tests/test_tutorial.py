@@ -51,9 +51,10 @@ def work(tmp_path_factory):
     from mindrl.data.preprocess import cli_main
     assert cli_main(["--config", os.path.join(ROOT, "configs", "datasets", "tiny_math_pairs.yaml"),
                      f"input={d / 'pairs.jsonl'}", f"output_prefix={d / 'pairs'}"]) == 0
+    # a few steps: any trained score head will do, the tutorial's PPO run is what these tests check
     res = run([sys.executable, "-m", "mindrl.cli", "train-rm", "--config",
                os.path.join(ROOT, "examples", "rm", "tiny_math.yaml"), f"data.path={d / 'pairs.mindrecord'}",
-               "eval.path=null", "train.epochs=1", f"rm_config.save={d / 'rm'}",
+               "eval.path=null", "train.train_iters=8", "rm_config.save=null",
                f"logging.log_dir={d / 'rm_logs'}", "logging.progress_bar=false"], ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
     return d
@@ -71,7 +72,8 @@ def tutorial_command(d, only_save_strategy: str):
             "--reward_path", cfg("generate_tiny.yaml"), "--critic_path", cfg("generate_tiny.yaml"),
             "--mind_dataset_dir", str(d / "data.mindrecord"), "--save_ckpt_dir", "./ckpt",
             "--use_parallel", "True", "--load_sft_checkpoint_infer", policy, "--load_sft_checkpoint_train", policy,
-            "--load_rm_checkpoint", str(d / "rm"), "--load_critic_checkpoint", str(d / "rm"),
+            "--load_rm_checkpoint", str(d / "rm_logs" / "model"),
+            "--load_critic_checkpoint", str(d / "rm_logs" / "model"),
             "--load_ref_checkpoint", policy, "--enable_compile_cache", "False",
             "--only_save_strategy", only_save_strategy]
 
@@ -203,7 +205,8 @@ def test_sft_paths_of_different_models_are_refused_naming_both_flags(tmp_path):
 
 @pytest.mark.parametrize("flag", ["use_parallel", "enable_compile_cache", "only_save_strategy"])
 def test_boolean_flags_take_the_strings_true_and_false_only(tmp_path, capsys, flag):
-    for text, value in (("True", True), ("False", False), ("true", True), ("false", False)):
+    for text, value in (("True", True), ("False", False), ("true", True), ("false", False), ("TRUE", True),
+                        ("fAlSe", False)):  # MindRLHF lower-cases them
         assert getattr(ppo_one_stage.parse(flags(tmp_path, **{flag: text})), flag) is value
     with pytest.raises(SystemExit) as stop:
         ppo_one_stage.parse(flags(tmp_path, **{flag: "yes"}))
@@ -231,6 +234,70 @@ def test_a_bad_path_is_named_by_its_flag(tmp_path, flag):
     assert len(lines) == 1 and lines[0].startswith(f"--{flag}: ") and bad in lines[0], lines
 
 
+def test_without_a_reward_model_the_rule_reward_of_the_config_scores(tmp_path):
+    """MindRLHF scores with a randomly initialised reward model when --load_rm_checkpoint is left out; mindrl scores
+    with the rule reward --config names, and refuses to start without one."""
+    cfg = config_for(tmp_path, extra=["rl_config.verifier_function=[last_number]"], load_rm_checkpoint=None)
+    assert cfg.reward_config is None and cfg.rl_config.verifier_function == ["last_number"]
+    assert refusal(tmp_path, load_rm_checkpoint=None).startswith("--load_rm_checkpoint: not given, and --config names "
+                                                                 "no rule reward")
+
+
+def test_the_generate_yamls_sampling_and_mindformers_keys(tmp_path):
+    """MindRLHF's generate yaml samples greedily (do_sample: False); its Qwen-style keys restate what MindFormers'
+    LLaMA uses (head size hidden/heads, rotary base theta, full rotary) and a value that does not is refused, as is
+    an activation or an embedding dropout mindrl's decoders do not have."""
+    import yaml
+    cfg = config_for(tmp_path)
+    assert cfg.generate_config.do_sample is False and cfg.rl_config.n_samples_per_prompt == 1
+    with open(GENERATE_YAML) as fh:
+        doc = yaml.safe_load(fh)
+    mc = doc["model"]["model_config"]
+    assert (mc["kv_channels"], mc["rotary_emb_base"], mc["rotary_pct"], mc["compute_in_2d"]) == (32, 10000, 1.0, True)
+    for key, value in (("kv_channels", 64), ("rotary_emb_base", 1e6), ("rotary_pct", 0.5)):
+        changed = {**doc, "model": {**doc["model"], "model_config": {**mc, key: value}}}
+        (tmp_path / "g.yaml").write_text(yaml.safe_dump(changed))
+        message = refusal(tmp_path, sft_path_infer=str(tmp_path / "g.yaml"))
+        assert f"model.model_config.{key}: {value!r} is not what runs" in message, message
+    for key, value in (("hidden_act", "gelu"), ("emb_dropout_prob", 0.1)):  # another model: refused, not dropped
+        changed = {**doc, "model": {**doc["model"], "model_config": {**mc, key: value}}}
+        (tmp_path / "g.yaml").write_text(yaml.safe_dump(changed))
+        message = refusal(tmp_path, sft_path_infer=str(tmp_path / "g.yaml"))
+        assert f"model.model_config.{key}: {value!r} is not supported" in message, message
+    piped = {**doc, "parallel_config": {**doc["parallel_config"], "pipeline_stage": 2}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(piped))
+    message = refusal(tmp_path, sft_path_infer=str(tmp_path / "g.yaml"))
+    assert "parallel_config.pipeline_stage: 2 is not supported" in message, message
+    sampling = {**doc, "model": {**doc["model"], "model_config": {**mc, "do_sample": True, "top_k": 5, "top_p": 0.8}}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sampling))
+    gen = config_for(tmp_path, sft_path_infer=str(tmp_path / "s.yaml")).generate_config
+    assert (gen.do_sample, gen.top_k, gen.top_p) == (True, 5, 0.8)
+
+
+def test_a_mindformers_checkpoint_takes_its_tokenizer_from_the_yaml(tmp_path):
+    """A MindFormers .ckpt holds no tokenizer: the train yaml's processor.tokenizer vocab_file/merges_file give it."""
+    import shutil
+    import yaml
+    ckpt = tmp_path / "qwen2.ckpt"
+    ckpt.write_bytes(b"")
+    vocab_dir = tmp_path / "vocab"
+    vocab_dir.mkdir()
+    (vocab_dir / "vocab.json").write_text("{}")
+    (vocab_dir / "merges.txt").write_text("")
+    with open(FINETUNE_YAML) as fh:
+        doc = yaml.safe_load(fh)
+    doc["processor"]["tokenizer"].update(vocab_file=str(vocab_dir / "vocab.json"),
+                                         merges_file=str(vocab_dir / "merges.txt"))
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump(doc))
+    cfg = config_for(tmp_path, sft_path_train=str(tmp_path / "f.yaml"), load_sft_checkpoint_train=str(ckpt),
+                     load_sft_checkpoint_infer=None)
+    assert cfg.actor_config.tokenizer_name_or_path == str(vocab_dir)
+    shutil.rmtree(vocab_dir)
+    message = refusal(tmp_path, sft_path_train=str(tmp_path / "f.yaml"), load_sft_checkpoint_train=str(ckpt),
+                      load_sft_checkpoint_infer=None)
+    assert message.startswith("--sft_path_train: ") and "must both exist" in message
+
+
 def test_missing_rm_checkpoint_exits_2_naming_the_flag_before_mindspore(tmp_path):
     fake = tmp_path / "no_mindspore" / "mindspore"  # importing MindSpore fails in this subprocess
     fake.mkdir(parents=True)
@@ -238,7 +305,7 @@ def test_missing_rm_checkpoint_exits_2_naming_the_flag_before_mindspore(tmp_path
     env = dict(os.environ, GLOG_v="3", PYTHONPATH=str(fake.parent))
     rm = str(tmp_path / "runs" / "rm")
     for changes, expected in (({"load_rm_checkpoint": rm}, f"--load_rm_checkpoint: checkpoint not found: {rm!r}"),
-                              ({"load_rm_checkpoint": None}, "--load_rm_checkpoint: required")):
+                              ({"load_rm_checkpoint": None}, "--load_rm_checkpoint: not given")):
         res = subprocess.run([sys.executable, SCRIPT] + flags(tmp_path, **changes), cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 2, res.stderr

@@ -8,8 +8,8 @@
       --reward_path ./model_configs/qwen_ppo/generate_tiny.yaml --critic_path ./model_configs/qwen_ppo/generate_tiny.yaml \\
       --mind_dataset_dir ./dataset/tiny_ppo/data.mindrecord --save_ckpt_dir ./runs/qwen_ppo_tiny/ckpt \\
       --use_parallel True --load_sft_checkpoint_infer examples/tiny/policy \\
-      --load_sft_checkpoint_train examples/tiny/policy --load_rm_checkpoint runs/rm_tiny_math/model \\
-      --load_critic_checkpoint runs/rm_tiny_math/model --load_ref_checkpoint examples/tiny/policy \\
+      --load_sft_checkpoint_train examples/tiny/policy --load_rm_checkpoint runs/rm_tiny_math/latest/model \\
+      --load_critic_checkpoint runs/rm_tiny_math/latest/model --load_ref_checkpoint examples/tiny/policy \\
       --enable_compile_cache False --only_save_strategy False
 
 What each flag becomes (see docs/ppo.md):
@@ -23,21 +23,30 @@ What each flag becomes (see docs/ppo.md):
     number of workers and any head count. Ask for more with an override after the flags, e.g.
     ``generate_config.infer_tensor_parallel_size=2``.
   Without msrun (one process) every layout is 1. The lengths follow MindRLHF from the first of the two that is a yaml:
-  ``seq_length - max_decode_length`` is the prompt length and ``max_decode_length`` the response length. With two HF
-  directories they are ``generate_config.max_prompt_length`` / ``max_tokens`` of ``--config`` or the overrides.
+  ``seq_length - max_decode_length`` is the prompt length and ``max_decode_length`` the response length; so does the
+  rollout's sampling (the yaml's ``do_sample: False``, as MindRLHF's generate yaml has it, is a greedy rollout;
+  otherwise its temperature, top_k, top_p), and its repetition_penalty. With two HF directories they come from
+  ``--config`` or the overrides. The yaml's other model keys are read as MindFormers' LLaMA reads them
+  (``kv_channels``, ``rotary_emb_base`` and ``rotary_pct``, which it stores but never reads, must restate what it
+  uses).
 - ``--reward_path`` / ``--critic_path``: the reward model's and critic's architecture, a yaml or an HF directory; the
   layout as above.
 - ``--load_sft_checkpoint_train``: the policy's weights (an HF directory, a .ckpt or .safetensors file).
   ``--load_sft_checkpoint_infer`` must hold the same weights: unlike MindRLHF the rollout model is refreshed from the
   trained weights after every update, in place, so it never reads a checkpoint of its own.
-- ``--load_rm_checkpoint`` (required), ``--load_critic_checkpoint`` (default: the reward model),
-  ``--load_ref_checkpoint`` (default: the policy's weights).
+- ``--load_rm_checkpoint``: the reward model's weights. Without it MindRLHF scores with a randomly initialised reward
+  model; mindrl instead scores with the rule reward that ``--config`` names (``rl_config.verifier_function=[...]``
+  after the flags), and refuses to start when it names none.
+- ``--load_critic_checkpoint`` (default: the reward model, else the policy's backbone with a zero value head),
+  ``--load_ref_checkpoint`` (default: the policy's weights; MindRLHF's default is a random reference model).
+- The tokenizer: ``--tokenizer DIR``, else ``--load_sft_checkpoint_train`` when it holds one, else ``--sft_path_train``'s
+  ``processor.tokenizer`` (``vocab_file`` with ``merges_file`` beside it), so a MindFormers ``.ckpt`` works.
 - ``--mind_dataset_dir``: a MindRecord with MindRLHF's columns (``rlhf_data.py`` writes it).
 - ``--save_ckpt_dir``: mindrl checkpoints (policy and critic). ``--enable_compile_cache``, ``--only_save_strategy``
   (write every role's strategy files to ./strategy and exit).
 Training settings that MindRLHF keeps in ppo_config.py (batch sizes, learning rates, KL, PPO clip ranges) come from
 ``--config`` (default: examples/qwen_ppo_tutorial/ppo_config.yaml) and ``key=value`` overrides after ``--``.
-Booleans are the strings True / False, as in MindRLHF. A path flag that names nothing usable (missing, the wrong kind
+Booleans are the strings true / false in any case (``True``, ``TRUE``), as MindRLHF's parser takes them. A path flag that names nothing usable (missing, the wrong kind
 of file, an unwritable --save_ckpt_dir) stops the script with status 2 and one line per flag, naming it, before
 MindSpore is imported.
 """
@@ -50,8 +59,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 
 def _bool(text: str) -> bool:
-    if text not in ("True", "False", "true", "false"):
-        raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
+    """MindRLHF's transfer_from_str_to_bool: true or false in any case, nothing else."""
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected True or False (any case), got {text!r}")
     return text.lower() == "true"
 
 
@@ -66,7 +76,9 @@ def parse(argv=None):
         p.add_argument(f"--{name}", default=None)
     p.add_argument("--enable_compile_cache", type=_bool, default=False)
     p.add_argument("--only_save_strategy", type=_bool, default=False)
-    p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: --load_sft_checkpoint_train)")
+    p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: --load_sft_checkpoint_train when it "
+                                                     "holds one, else the processor.tokenizer vocab_file and "
+                                                     "merges_file of --sft_path_train's yaml)")
     p.add_argument("--config", default=os.path.join(HERE, "ppo_config.yaml"), help="mindrl training settings")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value")
     return p.parse_args(argv)
@@ -128,11 +140,37 @@ def check_paths(args) -> dict:
     checks.exists("--config", args.config, "training config")
     if args.tokenizer is not None:
         checks.tokenizer("--tokenizer", args.tokenizer)
-    elif os.path.exists(args.load_sft_checkpoint_train) and not has_tokenizer(args.load_sft_checkpoint_train):
-        problems.add("--load_sft_checkpoint_train", f"{args.load_sft_checkpoint_train!r} holds no tokenizer (none of "
-                     f"{', '.join(VOCABULARY_FILES)}); the tokenizer is read from it unless --tokenizer is given")
+    elif args.load_sft_checkpoint_train and os.path.exists(args.load_sft_checkpoint_train) and \
+            not has_tokenizer(args.load_sft_checkpoint_train):
+        args.tokenizer = yaml_tokenizer(models["sft_path_train"], problems)
+        if args.tokenizer is None and not problems:
+            problems.add("--load_sft_checkpoint_train", f"{args.load_sft_checkpoint_train!r} holds no tokenizer (none "
+                         f"of {', '.join(VOCABULARY_FILES)}), and --sft_path_train's processor.tokenizer names no "
+                         f"vocab_file and merges_file; give --tokenizer DIR")
     problems.raise_if_any()
     return models
+
+
+def yaml_tokenizer(path: str, problems) -> str | None:
+    """The tokenizer a MindFormers yaml names: processor.tokenizer's vocab_file (a Qwen2Tokenizer's vocab.json) with
+    its merges_file beside it, which is where mindrl's tokenizer loader reads merges.txt from."""
+    import yaml
+    if is_hf(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        tok = ((yaml.safe_load(fh) or {}).get("processor") or {}).get("tokenizer") or {}
+    vocab, merges = tok.get("vocab_file") or "", tok.get("merges_file") or ""
+    if not vocab and not merges:
+        return None
+    where = f"--sft_path_train {path}: processor.tokenizer"
+    if not os.path.isfile(vocab) or not os.path.isfile(merges):
+        problems.add("--sft_path_train", f"{where}: vocab_file {vocab!r} and merges_file {merges!r} must both exist")
+    elif os.path.dirname(os.path.abspath(merges)) != os.path.dirname(os.path.abspath(vocab)):
+        problems.add("--sft_path_train", f"{where}: merges_file {merges!r} is not beside vocab_file {vocab!r}; mindrl "
+                                         f"reads merges.txt from the vocabulary's directory")
+    else:
+        return os.path.dirname(os.path.abspath(vocab))
+    return None
 
 
 def load_model(flag: str, path: str):
@@ -172,23 +210,44 @@ def check_same_model(args, paths: dict, infer, train) -> None:
                          f"different models ({', '.join(differ)}); {rule}")
 
 
-def lengths(paths: dict, configs: dict) -> dict:
-    """Prompt and response lengths by MindRLHF's rule, from the first of --sft_path_infer, --sft_path_train that is a
-    yaml: max_tokens = max_decode_length, max_prompt_length = seq_length - max_decode_length. Two HF directories carry
-    no response length: then generate_config.max_prompt_length / max_tokens come from --config and the overrides."""
+def rollout_settings(paths: dict, configs: dict) -> dict:
+    """What MindRLHF's rollout takes from the first of --sft_path_infer, --sft_path_train that is a yaml: the lengths
+    (max_tokens = max_decode_length, max_prompt_length = seq_length - max_decode_length) and the sampling keys of
+    model.model_config, which MindFormers' generate() reads (do_sample: False is greedy, and then top_k and top_p do
+    nothing). Two HF directories carry neither: --config and the overrides give them."""
     import yaml
     for flag in ("sft_path_infer", "sft_path_train"):
         if is_hf(paths[flag]):
             continue
         with open(paths[flag]) as fh:
-            decode = (yaml.safe_load(fh)["model"]["model_config"] or {}).get("max_decode_length")
+            mc = yaml.safe_load(fh)["model"]["model_config"] or {}
+        decode = mc.get("max_decode_length")
         seq = int(configs[flag].max_position_embeddings)
         if not decode or not 0 < int(decode) < seq:
             raise UsageError(f"--{flag} {paths[flag]}: model.model_config.max_decode_length is needed, between 1 and "
                              f"seq_length - 1 = {seq - 1} (the response length; the prompt gets seq_length - "
                              f"max_decode_length), got {decode!r}")
-        return {"generate_config.max_tokens": int(decode), "generate_config.max_prompt_length": seq - int(decode)}
+        out = {"generate_config.max_tokens": int(decode), "generate_config.max_prompt_length": seq - int(decode)}
+        if mc.get("do_sample") is False:
+            out["generate_config.do_sample"] = "false"
+        else:
+            for key in ("temperature", "top_k", "top_p"):
+                if mc.get(key) is not None:
+                    out[f"generate_config.{key}"] = mc[key]
+        if mc.get("repetition_penalty") is not None:
+            out["generate_config.repetition_penalty"] = float(mc["repetition_penalty"])
+        return out
     return {}
+
+
+def rule_rewards(args) -> bool:
+    """--config (with the overrides after the flags) names a rule reward."""
+    from mindrl.config import ConfigError, raw_train_config
+    try:
+        rl = raw_train_config(args.config, args.overrides).get("rl_config") or {}
+    except ConfigError as err:
+        raise UsageError(f"--config: {err}") from None
+    return bool(rl.get("verifier_function"))
 
 
 def overrides_for(args, world: int | None = None) -> list:
@@ -199,8 +258,6 @@ def overrides_for(args, world: int | None = None) -> list:
         raise UsageError("--save_data_file: mindrl does not store rollouts; remove the flag")
     if args.load_sft_checkpoint_train is None:
         raise UsageError("--load_sft_checkpoint_train: required (the policy's weights)")
-    if args.load_rm_checkpoint is None:
-        raise UsageError("--load_rm_checkpoint: required (the reward model that scores the rollouts)")
     paths = check_paths(args)
     world = world_size() if world is None else world
     if world > 1 and not args.use_parallel:
@@ -217,13 +274,20 @@ def overrides_for(args, world: int | None = None) -> list:
         "actor_config.save": args.save_ckpt_dir,
         "actor_config.tensor_model_parallel_size": tp["sft_path_train"],
         "generate_config.infer_tensor_parallel_size": tp["sft_path_infer"],
-        **lengths(paths, configs),
-        "reward_config.load": args.load_rm_checkpoint, "reward_config.model": paths["reward_path"],
-        "reward_config.tensor_model_parallel_size": tp["reward_path"],
+        **rollout_settings(paths, configs),
+
         "critic_config.model": paths["critic_path"], "critic_config.tensor_model_parallel_size": tp["critic_path"],
         "data.path": args.mind_dataset_dir, "runtime.enable_compile_cache": str(args.enable_compile_cache).lower(),
         "runtime.only_save_strategy": str(args.only_save_strategy).lower(),
     }
+    if args.load_rm_checkpoint is not None:
+        out.update({"reward_config.load": args.load_rm_checkpoint, "reward_config.model": paths["reward_path"],
+                    "reward_config.tensor_model_parallel_size": tp["reward_path"]})
+    elif not rule_rewards(args):
+        # MindRLHF then scores with a randomly initialised reward model: mindrl refuses to train on noise
+        raise UsageError("--load_rm_checkpoint: not given, and --config names no rule reward to score with; give the "
+                         "reward model's weights, or score with a rule: rl_config.verifier_function=[math_acc] after "
+                         "the flags")
     if args.load_critic_checkpoint:
         out["critic_config.load"] = args.load_critic_checkpoint
     if args.load_ref_checkpoint:

@@ -22,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from mindrl.data.preprocess import PreprocessError, load_config, preprocess  # noqa: E402
+from mindrl.data.preprocess import PreprocessError, load_dataset_config, preprocess  # noqa: E402
 
 
 def get_args(argv=None):
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         {"vocab_file": args.vocab_path, "merge_file": args.merges_file_path}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     try:
-        cfg = load_config(None, extra={
+        cfg = load_dataset_config(None, extra={
             "input": args.file_path, **tokenizer,
             "output_prefix": args.output_path, "handler_name": "sft", "prompt_type": "empty",
             "map_keys": {"prompt": args.prompt_key, "query": "", "response": args.response_key},

@@ -1,4 +1,4 @@
-"""DAPO extras on rollout results (numpy): dynamic sampling, soft overlong penalty, truncation mask."""
+"""DAPO extras on rollout results (numpy): dynamic sampling and the soft overlong penalty."""
 import numpy as np
 
 from .advantages import group_ids
@@ -38,10 +38,3 @@ def overlong_penalty(response_lengths, max_tokens, overlong_buffer_len, penalty_
     over = np.minimum(lengths, max_tokens) - (max_tokens - overlong_buffer_len)
     pen = -np.clip(over, 0.0, None) / overlong_buffer_len * penalty_factor
     return pen.astype(np.float32)
-
-
-def truncated_mask(finished):
-    """float32 [N]: 1 for a completion that ended by itself (EOS / stop), 0 for one cut at the
-    length limit. Multiply it into ``response_mask`` (``mask * truncated_mask(f)[:, None]``) to
-    leave truncated completions out of the loss (``mask_truncated_completions``)."""
-    return np.asarray(finished, bool).reshape(-1).astype(np.float32)

@@ -19,8 +19,23 @@ def loss_denominator(response_mask, loss_agg_mode):
     """
     check_loss_agg_mode(loss_agg_mode)
     m = np.asarray(response_mask, np.float64)
-    if loss_agg_mode == "token-mean":
+    if loss_agg_mode in ("token-mean", "token-mean-per-micro-batch"):
         count = m.sum()
     else:
         count = (m.sum(axis=-1) > 0).sum()
     return float(max(count, 1.0))
+
+
+def micro_batch_denominator(micro_mask, loss_agg_mode, mini_batch_denominator, micro_batches):
+    """The denominator one micro-batch's loss is divided by.
+
+    Every mode but ``token-mean-per-micro-batch`` divides each micro-batch by the whole mini-batch's denominator
+    (``loss_denominator``), so the micro-batch losses add up to the mini-batch's. ``token-mean-per-micro-batch``
+    divides by this micro-batch's own valid tokens times ``micro_batches`` (all micro-batches of the mini-batch, over
+    every data-parallel rank): the sum is then the mean of the micro-batches' token means (MindSpeed-RL's loss
+    average, with Megatron's per-micro-batch scaling and the data-parallel gradient mean).
+    """
+    if loss_agg_mode != "token-mean-per-micro-batch":
+        return mini_batch_denominator
+    tokens = float(np.asarray(micro_mask, np.float64).sum())
+    return max(tokens, 1.0) * micro_batches

@@ -22,38 +22,12 @@ _MAX_LOG_RATIO = 20.0
 # masked reductions
 
 
-def masked_sum(x, mask, axis=None):
-    mask = ops.cast(mask, x.dtype)
-    if axis is None:
-        return (x * mask).sum()
-    return (x * mask).sum(axis)
-
-
 def masked_mean(x, mask, axis=None):
     """Mean over valid entries; 0 (not NaN) where there is none."""
     mask = ops.cast(mask, x.dtype)
     if axis is None:
         return (x * mask).sum() / ops.clamp(mask.sum(), min=1.0)
     return (x * mask).sum(axis) / ops.clamp(mask.sum(axis), min=1.0)
-
-
-def masked_var(x, mask):
-    """Unbiased (n - 1) variance over all valid entries; 0 with fewer than two."""
-    mask = ops.cast(mask, x.dtype)
-    n = mask.sum()
-    mean = (x * mask).sum() / ops.clamp(n, min=1.0)
-    d = (x - mean) * mask
-    return (d * d).sum() / ops.clamp(n - 1.0, min=1.0)
-
-
-def masked_whiten(x, mask, shift_mean=True, eps=1e-8):
-    """``(x - mean) / sqrt(var + eps)`` with masked mean and unbiased variance; 0 where masked."""
-    mask = ops.cast(mask, x.dtype)
-    mean = masked_mean(x, mask)
-    out = (x - mean) * ops.rsqrt(masked_var(x, mask) + eps)
-    if not shift_mean:
-        out = out + mean
-    return out * mask
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,6 +45,9 @@ def agg_loss(loss_mat, mask, loss_agg_mode="token-mean", denominator=None, norm_
     - ``seq-mean-token-sum``:      ``sum_b s_b / D``,           default ``D`` = number of sequences with n_b > 0.
     - ``seq-mean-token-sum-norm``: ``sum_b (s_b / L) / D``,     default ``D`` as above; ``L = norm_len``
       (a constant, e.g. the max response length; default T) - Dr.GRPO's length-unbiased loss.
+    - ``token-mean-per-micro-batch``: ``token-mean`` of this batch; the trainer's denominator (the batch's tokens
+      times the number of micro-batches) makes the accumulated loss the mean of the micro-batches' token means,
+      as MindSpeed-RL's losses are.
 
     Default denominators are clamped to >= 1, so all-masked rows or batches give 0, never NaN.
 
@@ -82,7 +59,7 @@ def agg_loss(loss_mat, mask, loss_agg_mode="token-mean", denominator=None, norm_
     check_loss_agg_mode(loss_agg_mode)
     mask = ops.cast(mask, loss_mat.dtype)
     tok_sum = (loss_mat * mask).sum(-1)
-    if loss_agg_mode == "token-mean":
+    if loss_agg_mode in ("token-mean", "token-mean-per-micro-batch"):
         denom = ops.clamp(mask.sum(), min=1.0) if denominator is None else denominator
         return tok_sum.sum() / denom
     n_tok = mask.sum(-1)
@@ -197,17 +174,6 @@ def get_policy_loss(name):
 # entropy and value loss
 
 
-def entropy_from_logits(logits):
-    """Entropy of ``softmax(logits)`` over the last axis: ``logsumexp(z) - sum(softmax(z) * z)``.
-
-    Entropy does not change when a constant is added to the logits, so they are first shifted by
-    their (non-differentiated) max: this avoids overflow and, more importantly in float32, the
-    cancellation of two large terms when the logits themselves are large (e.g. 1e4).
-    """
-    z = logits - ops.stop_gradient(logits.max(axis=-1, keepdims=True))
-    return ops.logsumexp(z, -1) - (ops.softmax(z, -1) * z).sum(-1)
-
-
 def value_loss(
     values,
     old_values,
@@ -306,6 +272,6 @@ class ActorLoss(nn.Cell):
 
 
 __all__ = [
-    "LOSS_AGG_MODES", "masked_sum", "masked_mean", "masked_var", "masked_whiten", "agg_loss",
-    "policy_loss", "gspo_policy_loss", "POLICY_LOSSES", "get_policy_loss", "entropy_from_logits", "value_loss", "ActorLoss",
+    "LOSS_AGG_MODES", "masked_mean", "agg_loss",
+    "policy_loss", "gspo_policy_loss", "POLICY_LOSSES", "get_policy_loss", "value_loss", "ActorLoss",
 ]

@@ -18,6 +18,8 @@ LOSS_AGG_MODES = (
     "seq-mean-token-mean",
     "seq-mean-token-sum",
     "seq-mean-token-sum-norm",
+    # MindSpeed-RL's losses: a token mean within each micro-batch, then the mean over micro-batches and ranks
+    "token-mean-per-micro-batch",
 )
 
 # rl_config.policy_loss: the clipped token-level PPO surrogate, or GSPO's sequence-level ratio

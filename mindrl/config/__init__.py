@@ -8,15 +8,9 @@ Imports only the standard library and yaml, so it is safe before msrun's ``init(
 
 See docs/configuration.md for every key.
 """
-from mindrl.config.loader import (
-    ConfigKind,
-    config_from_dict,
-    dump_yaml,
-    load_config,
-    load_train_config,
-    parse_yaml,
-)
-from mindrl.config.train import ALIASES, TRAIN
+from mindrl.config.loader import ConfigKind, config_from_dict, load_config, raw_config
+from mindrl.config.yaml_io import dump_yaml, parse_yaml
+from mindrl.config.train import ALIASES, TRAIN, load_train_config, raw_train_config, train_config_from_dict
 from mindrl.config.schema import (
     SECTIONS,
     ActorConfig,
@@ -37,5 +31,6 @@ __all__ = [
     "ALIASES", "SECTIONS", "TRAIN", "ActorConfig", "ConfigError", "ConfigKind", "CriticConfig", "DataConfig",
     "EvalConfig", "RewardModelConfig", "load_config",
     "GenerateConfig", "LoggingConfig", "RefConfig", "RLConfig", "RuntimeConfig", "TrainConfig",
-    "config_from_dict", "dump_yaml", "load_train_config", "parse_yaml",
+    "config_from_dict", "dump_yaml", "load_train_config", "parse_yaml", "raw_config", "raw_train_config",
+    "train_config_from_dict",
 ]

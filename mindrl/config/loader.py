@@ -24,7 +24,6 @@ import dataclasses
 import difflib
 import math
 import os
-import re
 import types
 import typing
 from pathlib import Path
@@ -32,77 +31,8 @@ from typing import Any, Iterable, Union
 
 import yaml
 
-from mindrl.config.schema import ConfigError
-
-# --------------------------------------------------------------------------------------------
-# yaml flavour
-
-_BOOL_TAG = "tag:yaml.org,2002:bool"
-_FLOAT_TAG = "tag:yaml.org,2002:float"
-_BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-# PyYAML's YAML 1.1 float pattern needs a dot, so `1e-5` would load as a string.
-_FLOAT_RE = re.compile(r"""^(?:
-      [-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    | [-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
-    | [-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
-    | [-+]?\.(?:inf|Inf|INF)
-    | \.(?:nan|NaN|NAN))$""", re.X)
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans, exponent floats and duplicate-key detection."""
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen: dict = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue  # `<<: *anchor` keys may be overridden by explicit ones
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    if key in seen:
-                        raise yaml.constructor.ConstructorError(
-                            "while constructing a mapping", node.start_mark,
-                            f"duplicate key {key!r} (first given on line {seen[key] + 1})",
-                            key_node.start_mark)
-                    seen[key] = key_node.start_mark.line
-                except TypeError:  # unhashable key; the schema walker reports it
-                    pass
-        return super().construct_mapping(node, deep)
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL_TAG, _FLOAT_TAG)]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(_BOOL_TAG, _BOOL_RE, list("tTfF"))
-_Loader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_RE, list("-+0123456789."))
-
-
-class _Dumper(yaml.SafeDumper):
-    """Quotes every string that either PyYAML's default loader or :class:`_Loader` would
-    read back as something other than a string. Never writes anchors."""
-
-    def ignore_aliases(self, data):
-        return True
-
-
-_Dumper.add_implicit_resolver(_FLOAT_TAG, _FLOAT_RE, list("-+0123456789."))
-
-
-def parse_yaml(text: str, source: str = "<string>") -> Any:
-    """Parse yaml text with mindrl's rules; syntax errors become :class:`ConfigError`."""
-    try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
-    except yaml.YAMLError as exc:
-        detail = " ".join(str(exc).split())
-        raise ConfigError(f"{source}: invalid YAML: {detail}") from None
-
-
-def dump_yaml(data: Any) -> str:
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True,
-                     default_flow_style=None)
-
+from mindrl.config.errors import ConfigError
+from mindrl.config.yaml_io import _Loader, parse_yaml
 
 # --------------------------------------------------------------------------------------------
 # aliases
@@ -164,6 +94,20 @@ def _fmt_num(x: float) -> str:
 # --------------------------------------------------------------------------------------------
 # schema helpers
 
+def check_optimizer(opt, section: str, explicit: set, err: "Errors") -> None:
+    """The learning-rate schedule of a trained network's section (an OptimizerConfig): the rules every command
+    that trains (train, train-rm, sft) applies the same way."""
+    if opt.min_lr > opt.lr:
+        err.add(f"{section}.min_lr", f"{_fmt_num(opt.min_lr)} is larger than lr = {_fmt_num(opt.lr)}")
+    if (opt.lr_decay_style == "constant" and f"{section}.min_lr" in explicit and opt.min_lr != 0.0
+            and f"{section}.lr_decay_style" not in explicit):
+        err.add(f"{section}.min_lr", f"{_show(opt.min_lr)} has no effect: lr_decay_style is constant (min_lr is the "
+                                     f"floor of cosine/linear decay); remove it")
+    if opt.lr_warmup_fraction is not None and opt.lr_warmup_iters > 0:
+        err.add(f"{section}.lr_warmup_fraction",
+                f"cannot be combined with lr_warmup_iters = {opt.lr_warmup_iters}; set only one")
+
+
 class ConfigKind:
     """One kind of config file: its root dataclass (whose fields are the sections), the alias spellings it
     accepts, hints for sections of other frameworks, and its own rules.
@@ -174,11 +118,13 @@ class ConfigKind:
     """
 
     def __init__(self, root: type, aliases: dict, section_hints: dict, resolve, rules, paths, finish=None,
-                 foreign: dict | None = None):
+                 peer=None, retired=None):
         self.root, self.aliases, self.section_hints = root, dict(aliases), dict(section_hints)
-        # keys of other frameworks' configs that mindrl does not read: dotted key -> (values that say what mindrl
-        # does anyway, accepted; why any other value is refused)
-        self.foreign = dict(foreign or {})
+        self.retired = dict(retired or {})  # dotted key of an earlier version -> what replaced it
+        # another framework's vocabulary read with its meaning (mindrl.config.mindspeed_rl): a module with
+        # is_peer_key(dotted), is_mindspeed_file(raw), translate(raw, source, overridden) and
+        # translate_native(raw, source, schema_keys, overridden), each returning a Translation
+        self.peer = peer
         self.resolve, self.rules, self.paths, self.finish = resolve, rules, paths, finish
         self.sections = tuple(f.name for f in dataclasses.fields(root))
         # mappings that exist only to hold aliases, e.g. rl_config.integrated_mode_config
@@ -255,54 +201,68 @@ def _section_dict(raw: dict, section: str) -> dict | None:
     return node if isinstance(node, dict) else None
 
 
-def _judge_foreign(kind: ConfigKind, key: str, value: Any, err: Errors) -> None:
-    """Accept a foreign key's value when it is what mindrl does anyway, else refuse it with the reason."""
-    accepted, why = kind.foreign[key]
-    if value not in accepted or (isinstance(value, bool) != any(isinstance(a, bool) for a in accepted)):
-        if accepted:
-            err.add(key, f"{_show(value)} is not used by mindrl because {why} "
-                         f"({' or '.join(_show(a) for a in accepted)} is accepted: that is what mindrl does)")
-        else:
-            err.add(key, f"not used by mindrl because {why}; remove it")
-
-
-def _drop_foreign(kind: ConfigKind, raw: dict, err: Errors) -> None:
-    """Take other frameworks' keys out of ``raw``: accepted when their value is what mindrl does anyway, else
-    refused with the reason (never a guess at a similar-looking mindrl key)."""
-    for key in kind.foreign:
-        parts = key.split(".")
-        parent = _get_path(raw, parts[:-1])
-        if isinstance(parent, dict) and parts[-1] in parent:
-            _judge_foreign(kind, key, parent.pop(parts[-1]), err)
-
-
-def _foreign_overrides(kind: ConfigKind, raw: dict, overrides: Iterable[str], err: Errors) -> list[str]:
-    """Judge ``key=value`` overrides of other frameworks' keys as :func:`_drop_foreign` judges the file's (the
-    override's value replaces the file's, which is not judged then). Returns the other overrides."""
-    rest = []
+def _peer_overrides(kind: ConfigKind, raw: dict, overrides: Iterable[str], err: Errors) -> tuple:
+    """Apply the ``key=value`` overrides that name the peer's keys (``megatron_training.global_batch_size=8``,
+    ``rl_config.init_kl_coef=0.01``) to the file's own mapping, so they are translated as the file's are; an
+    override of a key's alias spelling replaces the canonical key the file gave. Returns (the other overrides,
+    peer key -> override text)."""
+    rest, overridden = [], {}
+    # in a peer's own file every key of its vocabulary is the peer's (translated with its defaults and rules); in a
+    # mindrl file a key mindrl's schema has is mindrl's
+    peer_file = kind.peer is not None and kind.peer.is_mindspeed_file(raw)
     for text in overrides:
         key, sep, value_text = text.partition("=")
         key = key.strip()
-        if not sep or key not in kind.foreign:
+        if kind.peer is None or not sep or not kind.peer.is_peer_key(key) or (
+                _is_schema_key(kind, key) and not peer_file):
             rest.append(text)
             continue
-        err.origin[key] = text
-        parts = key.split(".")
-        parent = _get_path(raw, parts[:-1])
-        if isinstance(parent, dict):
-            parent.pop(parts[-1], None)
         try:
             value = yaml.load(value_text, Loader=_Loader)  # noqa: S506
         except yaml.YAMLError as exc:
             err.add(key, f"cannot parse value {value_text!r} of command-line override: {' '.join(str(exc).split())}")
             continue
-        _judge_foreign(kind, key, value, err)
-    return rest
+        parts = key.split(".")
+        node = raw
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+        overridden[key] = text
+        canonical = kind.peer.canonical_of(key)
+        if canonical and canonical != key:  # the override also beats the file's own spelling of the key
+            section, name = canonical.split(".")
+            if isinstance(raw.get(section), dict):
+                raw[section].pop(name, None)
+    return rest, overridden
+
+
+def _is_schema_key(kind: ConfigKind, key: str) -> bool:
+    parts = key.split(".")
+    return len(parts) == 2 and parts[0] in kind.sections and parts[1] in kind.fields(parts[0])
+
+
+def _translate(kind: ConfigKind, raw: dict, source: str, overridden: dict, err: Errors):
+    """The peer's keys as mindrl's: a whole MindSpeed-RL file with MindSpeed-RL's defaults and meaning, or the
+    MindSpeed-RL keys inside a mindrl file. Returns the Translation (None without a peer vocabulary)."""
+    if kind.peer is None:
+        return None
+    if kind.peer.is_mindspeed_file(raw):
+        tr = kind.peer.translate(raw, source, overridden)
+    else:
+        schema_keys = {s: set(kind.fields(s)) for s in kind.sections}
+        tr = kind.peer.translate_native(raw, source, schema_keys, overridden)
+    for key, message in tr.errors:
+        err.add(key, message)
+    if tr.out is not raw:
+        raw.clear()
+        raw.update(tr.out)
+    return tr
 
 
 def _canonicalize(kind: ConfigKind, raw: dict, err: Errors) -> None:
     """Move alias spellings onto their canonical keys, in place."""
-    _drop_foreign(kind, raw, err)
     for alias, canonical in kind.aliases.items():
         parts = alias.split(".")
         parent = _get_path(raw, parts[:-1]) if len(parts) > 1 else raw
@@ -355,9 +315,15 @@ def _apply_overrides(kind: ConfigKind, raw: dict, overrides: Iterable[str], err:
             continue
         canonical = kind.aliases.get(key, key)
         parts = canonical.split(".")
+        if canonical in kind.retired:
+            err.add(canonical, kind.retired[canonical])
+            continue
         if len(parts) != 2 or parts[0] not in kind.sections or parts[1] not in kind.fields(parts[0]):
-            close = difflib.get_close_matches(key, kind.all_keys(), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            if len(parts) == 2 and parts[0] in kind.sections:  # a key of another section first (rl_config.lr)
+                hint = _suggest(kind, parts[1], parts[0])
+            else:
+                close = difflib.get_close_matches(key, kind.all_keys(), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
             if len(parts) == 1 and parts[0] in kind.sections:
                 hint = f"; override one key inside it, e.g. {parts[0]}.<key>=<value>"
             err.add(key, f"unknown key in command-line override {text!r}{hint}")
@@ -487,6 +453,8 @@ def _walk(kind: ConfigKind, cls: type, raw: Any, prefix: str, err: Errors) -> An
                 hint = kind.section_hints.get(key, "")
                 hint = f"; {hint}" if hint else _suggest(kind, str(key), None)
                 err.add(dotted, f"unknown section{hint} (sections: {', '.join(kind.sections)})")
+            elif dotted in kind.retired:
+                err.add(dotted, kind.retired[dotted])
             else:
                 err.add(dotted, f"unknown key{_suggest(kind, str(key), prefix)}")
     kwargs = {}
@@ -533,9 +501,19 @@ class PathChecks:
             return None
         return path
 
+    def gguf(self, key: str, written: str) -> bool:
+        """A .gguf where an HF model is needed: one line with the command that converts it."""
+        from mindrl.models.config import gguf_hint
+        if str(written).endswith(".gguf"):
+            self.err.add(key, f"{written!r} {gguf_hint(written)}")
+            return True
+        return False
+
     def model(self, key: str, written: str) -> str:
         """A model yaml (a bare name is looked up in model_configs/), a config.json or an HF directory."""
         err = self.err
+        if self.gguf(key, written):
+            return written
         path = os.path.expanduser(written)
         bare = ("/" not in written and os.sep not in written
                 and not written.endswith((".yaml", ".yml", ".json")))
@@ -586,6 +564,8 @@ class PathChecks:
 
     def weights(self, key: str, written: str) -> str:
         """Initial weights: an HF directory, a mindrl checkpoint, or a .ckpt / .safetensors file."""
+        if self.gguf(key, written):
+            return written
         load = self.exists(key, written, "checkpoint")
         if load is None:
             return written
@@ -603,16 +583,15 @@ class PathChecks:
 # --------------------------------------------------------------------------------------------
 # public entry points
 
-def config_from_dict(data: dict, overrides: Iterable[str] = (), *, source: str = "<dict>",
-                     name: str = "run", check_paths: bool = True, kind: ConfigKind | None = None):
+def config_from_dict(data: dict, overrides: Iterable[str] = (), *, kind: ConfigKind, source: str = "<dict>",
+                     name: str = "run", check_paths: bool = True):
     """Validate an already-parsed config mapping (``data`` is not modified).
 
     ``source`` prefixes error messages; ``name`` is the default ``logging.name``;
     ``check_paths=False`` skips every filesystem check (for unit tests of other modules);
-    ``kind`` is the kind of config (default: a training config, :data:`mindrl.config.train.TRAIN`).
+    ``kind`` is the kind of config (:data:`mindrl.config.train.TRAIN`, :data:`mindrl.config.reward_training.
+    REWARD_TRAINING`); the engine knows no kind by itself.
     """
-    if kind is None:
-        from mindrl.config.train import TRAIN as kind
     err = Errors(source)
     if data is None:
         data = {}
@@ -620,31 +599,41 @@ def config_from_dict(data: dict, overrides: Iterable[str] = (), *, source: str =
         raise ConfigError(f"{source}: expected a mapping of sections at the top level, got "
                           f"{_show(data)} ({_type_word(data)})")
     raw = copy.deepcopy(data)
-    overrides = _foreign_overrides(kind, raw, overrides, err)
+    overrides, overridden = _peer_overrides(kind, raw, overrides, err)
+    tr = _translate(kind, raw, source, overridden, err)
     _canonicalize(kind, raw, err)
     _apply_overrides(kind, raw, overrides, err)
     cfg = _walk(kind, kind.root, raw, "", err)
     err.raise_if_any()
     assert isinstance(cfg, kind.root)
-    explicit = {f"{s}.{k}" for s, sec in raw.items() if isinstance(sec, dict) for k in sec}
+    given = {f"{s}.{k}" for s, sec in raw.items() if isinstance(sec, dict) for k in sec}
+    # a peer's default the file relied on is not a key the user gave (the "has no effect" rules judge given keys)
+    explicit = given - ((tr.defaulted if tr else set()) - set(err.origin))
+    origins = dict(tr.origins) if tr else {}
+    origins.update({k: f"command line {t!r}" for k, t in err.origin.items()})
+    for key in explicit:
+        origins.setdefault(key, source)
 
-    cfg._explicit = explicit  # for to_yaml: what the user gave, as opposed to what was resolved
-    cfg._raw, cfg._source = raw, source  # what the user gave, to validate again with a change (the Python API)
+    cfg.meta.source, cfg.meta.raw, cfg.meta.explicit = source, raw, frozenset(explicit)
+    cfg.meta.origins, cfg.meta.notes = origins, list(tr.notes) if tr else []
+    cfg.meta.peer_file = bool(kind.peer and kind.peer.is_mindspeed_file(data))
     kind.resolve(cfg, explicit, name)
     kind.rules(cfg, explicit, err)
     if check_paths:
         kind.paths(cfg, err)
+    for key, check in (tr.checks if tr else ()):  # the peer's keys mindrl checks against the run (see Translation)
+        problem = check(cfg)
+        if problem:
+            err.add(key, problem)
     err.raise_if_any()
     if kind.finish is not None:
         kind.finish(cfg)
     return cfg
 
 
-def raw_config(config, overrides: Iterable[str] = (), kind: ConfigKind | None = None) -> dict:
+def raw_config(config, overrides: Iterable[str] = (), *, kind: ConfigKind) -> dict:
     """The mapping a yaml path (or a dict) gives after alias spellings and ``key=value`` overrides, before any
     default or check: what the user wrote. Raises ConfigError for unreadable files and bad overrides only."""
-    if kind is None:
-        from mindrl.config.train import TRAIN as kind
     source = "<dict>" if isinstance(config, dict) else os.fspath(config)
     if not isinstance(config, dict):
         try:
@@ -654,15 +643,16 @@ def raw_config(config, overrides: Iterable[str] = (), kind: ConfigKind | None = 
             raise ConfigError(f"{source}: cannot read config file: {exc}") from None
     raw = copy.deepcopy(config or {})
     err = Errors(source)
-    overrides = _foreign_overrides(kind, raw, overrides, err)
+    overrides, overridden = _peer_overrides(kind, raw, overrides, err)
+    _translate(kind, raw, source, overridden, err)
     _canonicalize(kind, raw, err)
     _apply_overrides(kind, raw, overrides, err)
     err.raise_if_any()
     return raw
 
 
-def load_config(path: str | os.PathLike, overrides: Iterable[str] = (), *, check_paths: bool = True,
-                kind: ConfigKind | None = None):
+def load_config(path: str | os.PathLike, overrides: Iterable[str] = (), *, kind: ConfigKind,
+                check_paths: bool = True):
     """Load ``path``, apply ``section.key=value`` overrides, resolve defaults and validate.
 
     Raises :class:`ConfigError` naming the file and the dotted key of every problem.
@@ -678,7 +668,3 @@ def load_config(path: str | os.PathLike, overrides: Iterable[str] = (), *, check
     return config_from_dict(parse_yaml(text, source), overrides, source=source,
                             name=Path(source).stem, check_paths=check_paths, kind=kind)
 
-
-def load_train_config(path: str | os.PathLike, overrides: Iterable[str] = (), *, check_paths: bool = True):
-    """A training config (``mindrl train``): :func:`load_config` with the train kind."""
-    return load_config(path, overrides, check_paths=check_paths)

@@ -4,8 +4,8 @@ Every section is a plain dataclass. Per-field rules (allowed choices, numeric bo
 value is a filesystem path) live in the field metadata and are enforced by the generic walker in
 :mod:`mindrl.config.loader`; rules that involve several fields are written out there as well.
 
-Only the standard library is imported here (plus yaml lazily in ``to_yaml``): this module runs
-in msrun's scheduler process before ``init()`` and must never pull in mindspore.
+Only the standard library and the numpy-only algorithm registries are imported here (yaml lazily in
+``to_yaml``): this module runs in msrun's scheduler process before ``init()`` and must never pull in mindspore.
 """
 from __future__ import annotations
 
@@ -15,16 +15,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """An invalid training config. ``str(err)`` names the config file and the dotted key.
-
-    ``errors`` holds one line per problem when several were found in one pass.
-    """
-
-    def __init__(self, msg: str, errors: list[str] | None = None):
-        super().__init__(msg)
-        self.errors = list(errors) if errors else [msg]
+from mindrl.config.errors import ConfigError  # noqa: F401 (re-exported: the error every config reader raises)
+from mindrl.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMATOR_ALIASES,  # noqa: F401
+                               LOSS_AGG_MODES, POLICY_LOSS_NAMES)
+from mindrl.config.meta import WithMeta
+from mindrl.config.yaml_io import dump_yaml
 
 
 def _opt(default: Any = dataclasses.MISSING, *, help: str, factory: Any = dataclasses.MISSING,
@@ -45,13 +40,10 @@ def _opt(default: Any = dataclasses.MISSING, *, help: str, factory: Any = datacl
     return field(default=default, metadata=meta)
 
 
-# the advantage-estimator registry's names (mindrl.algorithms.ADVANTAGE_ESTIMATORS; a test keeps them equal)
-ADV_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae")
-POLICY_LOSSES = ("vanilla", "gspo")
-KL_CONTROLLERS = ("fixed", "adaptive")
-KL_PENALTIES = ("kl", "k1", "mse", "k2", "low_var_kl", "k3", "abs")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
-                  "seq-mean-token-sum-norm")
+# Algorithm names come from the registries that implement them (numpy-only modules, safe before init()).
+ADV_ESTIMATORS = tuple(ADVANTAGE_ESTIMATORS)
+POLICY_LOSSES = POLICY_LOSS_NAMES
+KL_PENALTIES = tuple(name for canon, aliases in KL_ESTIMATOR_ALIASES.items() for name in (canon, *aliases))
 LR_DECAY_STYLES = ("constant", "cosine", "linear")
 COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 RUN_MODES = ("graph", "pynative")
@@ -66,18 +58,24 @@ class RLConfig:
     policy_loss: str = _opt("vanilla", choices=POLICY_LOSSES,
                             help="vanilla: token-level clipped ratio; gspo: sequence-level ratio")
     n_samples_per_prompt: int = _opt(8, ge=1, help="responses sampled per prompt (group size)")
-    global_batch_size: int = _opt(16, ge=1, help="prompts per training step")
-    mini_batch_size: int | None = _opt(None, ge=1, help="responses per optimizer update; "
-                                       "null = global_batch_size*n_samples_per_prompt")
-    micro_batch_size: int = _opt(8, ge=1, help="responses per forward/backward pass")
+    global_batch_size: int = _opt(16, ge=1, help="prompts trained on per step")
+    mini_batch_size: int | None = _opt(None, ge=1, derived=True, help="prompts per optimizer update, each with its "
+                                       "n_samples_per_prompt responses (MindSpeed-RL's and verl's unit); "
+                                       "null = global_batch_size (one update per step)")
+    micro_batch_size: int = _opt(8, ge=1, help="responses per forward/backward pass, per data-parallel rank")
+    actor_forward_micro_batch_size: int | None = _opt(None, ge=1, help="responses per old-log-prob forward pass, "
+                                                      "per rank; null = micro_batch_size")
+    ref_forward_micro_batch_size: int | None = _opt(None, ge=1, help="responses per reference log-prob pass, per "
+                                                    "rank; null = micro_batch_size")
     ppo_epochs: int = _opt(1, ge=1, help="passes over each rollout batch")
     shuffle_minibatch: bool = _opt(True, help="shuffle the rows into mini-batches before each pass; false = in "
                                    "rollout order")
     train_iters: int = _opt(100, ge=1, help="training steps")
     clip_ratio: float = _opt(0.2, gt=0.0, lt=1.0, help="PPO clip range epsilon")
-    clip_ratio_low: float | None = _opt(None, gt=0.0, lt=1.0,
+    clip_ratio_low: float | None = _opt(None, gt=0.0, lt=1.0, derived=True,
                                         help="lower clip epsilon; null = clip_ratio (gspo: 3e-4)")
-    clip_ratio_high: float | None = _opt(None, gt=0.0, help="upper clip epsilon; null = clip_ratio (gspo: 4e-4)")
+    clip_ratio_high: float | None = _opt(None, gt=0.0, derived=True,
+                                         help="upper clip epsilon; null = clip_ratio (gspo: 4e-4)")
     clip_ratio_c: float | None = _opt(None, gt=1.0, help="dual-clip constant; null = off")
     kl_penalty: str = _opt("low_var_kl", choices=KL_PENALTIES, help="KL estimator")
     kl_coef: float = _opt(0.0, ge=0.0, help="KL coefficient (initial one with kl_ctrl_type adaptive); 0 = no KL")
@@ -94,18 +92,23 @@ class RLConfig:
     norm_adv_by_std: bool = _opt(True, help="divide group advantages by the group std")
     rule_reward: bool | None = _opt(None, help="MindSpeed-RL's switch: true = verifier_function scores (it must "
                                     "name one), false = only the reward model does; null = as verifier_function says")
-    verifier_function: list[str] | None = _opt(None, help="rule rewards to apply; null = [acc], or none "
+    verifier_function: list[str] | None = _opt(None, derived=True, help="rule rewards to apply; null = [acc], or none "
                                                "when a reward model scores (reward_config)")
-    verifier_weight: list[float] | None = _opt(None, help="weight of each verifier; null = 1.0 each")
+    verifier_weight: list[float] | None = _opt(None, derived=True, help="weight of each verifier; null = 1.0 each")
     custom_reward_file: str | None = _opt(None, path=True,
                                           help="python file with extra reward functions")
-    verifier_timeout: float = _opt(5.0, gt=0.0, help="seconds one reward call (any verifier, built-in or "
-                                   "custom, one sample) may take before it is abandoned")
+    verifier_timeout: float = _opt(5.0, gt=0.0, le=86400.0, help="seconds one reward call (any verifier, built-in "
+                                   "or custom, one sample) may take before it is abandoned (at most a day)")
     reward_fallback: float | None = _opt(None, help="score of a sample whose reward call failed (raised, timed "
                                          "out, returned a non-number or a non-finite one); null = stop with an "
                                          "error naming the function and the sample")
     dynamic_sampling: bool = _opt(False, help="drop groups whose rewards are all equal and redraw")
-    max_num_gen_batches: int = _opt(4, ge=1, help="generation batches per step incl. the first")
+    dynamic_sampling_metric: str | None = _opt(None, help="what must differ within a group for dynamic sampling to "
+                                               "keep it: a verifier_function name (its own score); null = the "
+                                               "sequence score (every reward, weighted, and the overlong penalty)")
+    gen_batch_size: int | None = _opt(None, ge=1, help="prompts per generation batch with dynamic sampling; null = "
+                                      "global_batch_size")
+    max_num_gen_batches: int = _opt(4, ge=0, help="generation batches per step incl. the first; 0 = no limit")
     overlong_buffer_len: int = _opt(0, ge=0, help="soft overlong penalty window in tokens; 0 = off")
     overlong_penalty_factor: float = _opt(1.0, ge=0.0, help="maximum soft overlong penalty")
     mask_truncated_completions: bool = _opt(False, help="exclude truncated responses from the loss")
@@ -160,28 +163,33 @@ class ActorConfig(OptimizerConfig):
 @dataclass(kw_only=True)
 class CriticConfig(OptimizerConfig):
     """PPO's value model: its own weights, layout, optimizer and schedule (MindSpeed-RL's section name)."""
-    model: str | None = _opt(None, path=True, help="critic architecture; null = that of load, else of the "
-                             "reward model, else actor_config.model")
+    model: str | None = _opt(None, path=True, derived=True, help="critic architecture; null = that of load, else "
+                             "of the reward model, else actor_config.model")
     load: str | None = _opt(None, path=True, help="initial weights; null = the reward model's, else the "
                             "policy's with a zero value head")
     save: str | None = _opt(None, path=True, help="must be actor_config.save: the critic is saved beside the "
                             "policy, in <save>/iter_*/critic")
-    finetune: bool | None = _opt(None, help="must equal actor_config.finetune (the run resumes as a whole)")
+    finetune: bool | None = _opt(None, derived=True,
+                                 help="must equal actor_config.finetune (the run resumes as a whole)")
     no_load_optim: bool = _opt(False, help="on resume, keep a fresh critic optimizer")
-    no_load_rng: bool | None = _opt(None, help="must equal actor_config.no_load_rng (one RNG per run)")
+    no_load_rng: bool | None = _opt(None, derived=True, help="must equal actor_config.no_load_rng (one RNG per run)")
     lr: float = _opt(1e-5, ge=0.0, help="peak learning rate")
     tensor_model_parallel_size: int = _opt(1, ge=1, help="tensor parallel degree of the critic")
-    micro_batch_size: int | None = _opt(None, ge=1, help="responses per critic forward/backward; "
+    micro_batch_size: int | None = _opt(None, ge=1, derived=True,
+                                        help="responses per critic forward/backward, per rank; "
                                         "null = rl_config.micro_batch_size")
+    loss_agg_mode: str = _opt("token-mean", choices=LOSS_AGG_MODES, help="how the value loss's token terms are "
+                              "averaged")
+    compute_dtype: str | None = _opt(None, choices=COMPUTE_DTYPES, help="null = from the critic's model config")
 
 
 @dataclass(kw_only=True)
 class RewardModelConfig:
     """A trained reward model that scores rollouts (outcome reward), e.g. from `mindrl train-rm`."""
     load: str = _opt(path=True, help="weights: an HF sequence-classification directory (score head)")
-    model: str | None = _opt(None, path=True, help="architecture; null = load's config.json")
+    model: str | None = _opt(None, path=True, derived=True, help="architecture; null = load's config.json")
     tensor_model_parallel_size: int = _opt(1, ge=1, help="tensor parallel degree of the reward model")
-    micro_batch_size: int | None = _opt(None, ge=1, help="responses per scoring pass; "
+    micro_batch_size: int | None = _opt(None, ge=1, derived=True, help="responses per scoring pass; "
                                         "null = rl_config.micro_batch_size")
     weight: float = _opt(1.0, help="coefficient of the reward model's score in the sequence score")
     normalize: bool = _opt(False, help="(score - mean) / std with the statistics `mindrl train-rm` stored")
@@ -191,7 +199,7 @@ class RewardModelConfig:
 class RefConfig:
     ref_model_load_path: str | None = _opt(None, path=True,
                                            help="reference weights; null = actor_config.load")
-    model: str | None = _opt(None, path=True,
+    model: str | None = _opt(None, path=True, derived=True,
                              help="reference model config; null = actor_config.model")
 
 
@@ -200,6 +208,8 @@ class GenerateConfig:
     max_prompt_length: int = _opt(512, ge=1, help="prompt tokens kept (longer prompts are dropped)")
     max_tokens: int = _opt(256, ge=1, help="max new tokens per response")
     min_tokens: int = _opt(0, ge=0, help="EOS is suppressed before this many new tokens")
+    do_sample: bool = _opt(True, help="false: greedy rollout (MindFormers' do_sample, as MindRLHF's tutorial yaml "
+                           "sets it): one response per prompt, no temperature, top_k or top_p")
     temperature: float = _opt(1.0, gt=0.0, help="sampling temperature")
     top_k: int = _opt(0, ge=0, value_aliases={-1: 0}, help="top-k sampling; 0 (or vLLM's -1) = off")
     top_p: float = _opt(1.0, gt=0.0, le=1.0, help="nucleus sampling mass")
@@ -207,17 +217,19 @@ class GenerateConfig:
     stop_token_ids: list[int] = _opt(factory=list, ge=0, help="extra stop tokens besides EOS")
     infer_tensor_parallel_size: int = _opt(1, ge=1, help="tensor parallel degree for rollout")
     infer_data_parallel_size: int | None = _opt(None, ge=1, help="null = derived from world size")
-    micro_batch_size: int | None = _opt(None, ge=1, help="responses per rollout batch; null = all")
+    micro_batch_size: int | None = _opt(None, ge=1, help="responses decoded at once per rollout replica; null = "
+                                        "all of its share")
+    seed: int | None = _opt(None, ge=0, lt=2**32, help="seed of the rollout's sampling; null = runtime.seed")
 
 
 @dataclass(kw_only=True)
 class DataConfig:
     path: str = _opt(path=True, help="training .mindrecord written by `mindrl preprocess`")
     shuffle: bool = _opt(True, help="shuffle prompts every epoch")
-    seed: int | None = _opt(None, ge=0, lt=2**32, help="shuffle seed; null = runtime.seed")
+    seed: int | None = _opt(None, ge=0, lt=2**32, derived=True, help="shuffle seed; null = runtime.seed")
     prompt_key: str = _opt("prompt_ids", help="column with prompt token ids")
     label_key: str = _opt("labels", help="column with reference answers")
-    ptx_path: str | None = _opt(None, path=True, help="PPO-ptx rows (pretrain_ids, loss_mask columns); "
+    ptx_path: str | None = _opt(None, path=True, derived=True, help="PPO-ptx rows (pretrain_ids, loss_mask columns); "
                                 "null = data.path when rl_config.pretrain_coef > 0")
 
 
@@ -226,12 +238,14 @@ class LoggingConfig:
     log_dir: str = _opt("runs/<name>/<run_id>", path=True,
                         help="the run directory; <name> is replaced by logging.name, <run_id> by logging.run_id")
     name: str | None = _opt(None, help="run name; null = config file stem")
-    run_id: str | None = _opt(None, help="this run's id in log_dir; null = a new one (its start time), or that of "
-                              "the run a resume continues")
+    run_id: str | None = _opt(None, derived=True, help="this run's id in log_dir; null = a new one (its start time), "
+                              "or that of the run a resume continues")
     jsonl: bool = _opt(True, help="write metrics.jsonl")
     tensorboard: bool = _opt(True, help="write tensorboard events")
     log_interval: int = _opt(1, ge=1, help="log every N steps")
     progress_bar: bool = _opt(True, help="show a progress bar on rank 0")
+    log_max_throughput: bool = _opt(True, help="e2e_tps/update_tps/rollout_tps count every response at the batch's "
+                                    "longest prompt and response length (MindSpeed-RL's default); false = mean lengths")
 
 
 @dataclass(kw_only=True)
@@ -243,6 +257,8 @@ class RuntimeConfig:
     strategy_dir: str = _opt("./strategy", path=True, help="where strategy files are written")
     threads: int | None = _opt(None, ge=1, help="CPU threads; null = all cores")
     seed: int = _opt(1234, ge=0, lt=2**32, help="global random seed")
+    world_size: int | None = _opt(None, ge=1, help="processes (devices) the config is written for; checked against "
+                                  "msrun's workers at start-up; null = any")
 
 
 @dataclass(kw_only=True)
@@ -252,12 +268,62 @@ class EvalConfig:
                                       "preprocess` yaml would (handler, template, map_keys); null = rows of "
                                       "{prompt, labels} with the prompt used as it is")
     interval: int = _opt(0, ge=0, help="evaluate every N steps; 0 = only before and after training")
-    num_samples: int | None = _opt(None, ge=1, help="examples evaluated; null = all")
-    max_tokens: int | None = _opt(None, ge=1, help="null = generate_config.max_tokens")
+    num_samples: int | None = _opt(None, ge=1, help="held-out prompts evaluated, spread evenly over the file; "
+                                   "null = all")
+    max_tokens: int | None = _opt(None, ge=1, derived=True, help="null = generate_config.max_tokens")
+    n_samples: int = _opt(1, ge=1, help="responses sampled per held-out prompt; > 1 reports pass@k and mean@n "
+                          "(needs eval.temperature > 0); 1 with temperature 0 = greedy accuracy")
+    temperature: float = _opt(0.0, ge=0.0, help="0 = greedy decoding; > 0 samples the held-out responses at this "
+                              "temperature")
+    top_p: float = _opt(1.0, gt=0.0, le=1.0, help="nucleus sampling of the sampled evaluation (eval.temperature > 0); "
+                        "1.0 = off")
+
+
+class ConfigRoot(WithMeta):
+    """What every kind of config file (``mindrl train``'s, ``mindrl train-rm``'s) gives back: the mapping that loads
+    again to an equal config, and every key's resolved value."""
+
+    def resolved_dict(self) -> dict:
+        """Every key with the value the run uses (defaults and derived values filled in), sections in schema
+        order; absent sections (no critic) are None. For reading, not for loading again: see :meth:`to_dict`."""
+        return dataclasses.asdict(self)
+
+    def to_dict(self) -> dict:
+        """The config as a mapping that loads back to an equal config (``config_from_dict(cfg.to_dict()) == cfg``)
+        and reruns as its own file would.
+
+        Kept: every key the file or an override gave, and every key whose value differs from its default, except
+        ``derived`` ones (the loader derives them again, so a rerun that changes ``clip_ratio`` or ``runtime.seed``
+        moves what follows them); keys left at their defaults are omitted, so rules about keys given on their own
+        ("has no effect") judge the reloaded mapping as they judged the original. Absent sections (no critic, no
+        reward model) are left out, as an empty one would mean "present". Paths a run filled in are written as
+        given: ``logging.log_dir`` and a ``save`` with ``<run_dir>`` keep their placeholders, and the run id is
+        kept only when the user named it, so the mapping starts a new run rather than writing into the old one.
+        """
+        given, templates = self.meta.explicit, self.meta.templates
+        out = {}
+        for f in dataclasses.fields(self):
+            section = getattr(self, f.name)
+            if section is None:
+                continue
+            keep, values = {}, dataclasses.asdict(section)
+            for sf in dataclasses.fields(section):
+                dotted = f"{f.name}.{sf.name}"
+                value = templates.get(dotted, values[sf.name])
+                default = sf.default if sf.default is not dataclasses.MISSING else (
+                    sf.default_factory() if sf.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+                if dotted in given or (value != default and not sf.metadata.get("derived")):
+                    keep[sf.name] = value
+            out[f.name] = keep
+        return out
+
+    def to_yaml(self) -> str:
+        """:meth:`to_dict` as yaml text; loading it back yields an equal config."""
+        return dump_yaml(self.to_dict())
 
 
 @dataclass(kw_only=True)
-class TrainConfig:
+class TrainConfig(ConfigRoot):
     rl_config: RLConfig = _opt(factory=RLConfig, help="algorithm and batch sizes")
     actor_config: ActorConfig = _opt(help="policy model, checkpoints, optimizer")
     critic_config: CriticConfig | None = _opt(None, help="value model (PPO); absent = no critic")
@@ -269,36 +335,6 @@ class TrainConfig:
     runtime: RuntimeConfig = _opt(factory=RuntimeConfig, help="MindSpore runtime")
     eval: EvalConfig = _opt(factory=EvalConfig, help="held-out evaluation")
 
-    def to_dict(self) -> dict:
-        """Plain nested dict (sections in schema order), e.g. for logging or ``config.yaml``."""
-        return dataclasses.asdict(self)
-
-    def to_yaml(self) -> str:
-        """The resolved config as yaml text; loading it back yields an equal config.
-
-        Written: every key the file or an override gave, and every key whose (resolved) value differs from its
-        default, except ``derived`` ones (the loader derives them again); keys left at their defaults are
-        omitted, so rules about keys given on their own ("has no effect") judge the reloaded file as they judged
-        the original. Absent sections (no critic, no reward model) are left out, as an empty one would mean
-        "present".
-        """
-        from mindrl.config.loader import dump_yaml
-        given = getattr(self, "_explicit", set())
-        out = {}
-        for f in dataclasses.fields(self):
-            section = getattr(self, f.name)
-            if section is None:
-                continue
-            keep = {}
-            for sf in dataclasses.fields(section):
-                value = getattr(section, sf.name)
-                default = sf.default if sf.default is not dataclasses.MISSING else (
-                    sf.default_factory() if sf.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
-                if f"{f.name}.{sf.name}" in given or (value != default and not sf.metadata.get("derived")):
-                    keep[sf.name] = dataclasses.asdict(section)[sf.name]
-            out[f.name] = keep
-        return dump_yaml(out)
-
     def fingerprint(self, *keys: str) -> str:
         """sha256 hex digest of a canonical JSON of the selected sections or dotted keys.
 
@@ -306,7 +342,7 @@ class TrainConfig:
         "generate_config.max_tokens")`` only those parts. Independent of yaml key order, of
         alias spellings and of the order of ``keys``.
         """
-        tree = self.to_dict()
+        tree = self.resolved_dict()
         if not keys:
             payload: Any = tree
         else:

@@ -10,7 +10,7 @@ _EXPORTS = {
     "render": "templates", "render_messages": "templates", "get_template": "templates",
     "list_templates": "templates", "Template": "templates", "TemplateError": "templates",
     "PromptDataset": "reader", "pad_batch": "reader",
-    "preprocess": "preprocess", "load_config": "preprocess", "PreprocessError": "preprocess",
+    "preprocess": "preprocess", "load_dataset_config": "preprocess", "PreprocessError": "preprocess",
     "get_handler": "handlers", "list_handlers": "handlers",
 }
 

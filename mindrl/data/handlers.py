@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .templates import Template, TemplateError
+from .templates import Template, TemplateError, TemplateRenderError
 
 __all__ = ["BadRow", "Filtered", "HandlerContext", "Handler", "register_handler", "get_handler",
            "list_handlers", "get_field", "field_name"]
@@ -151,6 +151,8 @@ class Handler:
                 self.prompt_value(row), query=self.text(row, "query", required=False),
                 system=self.text(row, "system", required=False) or None, history=history,
                 enable_thinking=self.ctx.enable_thinking)
+        except TemplateRenderError as e:      # the model's jinja refused this row (raise_exception)
+            raise BadRow("template_error", str(e)) from None
         except TemplateError as e:
             raise BadRow("bad_messages", str(e)) from None
 
@@ -211,7 +213,14 @@ class PromptLabelsHandler(Handler):
 
     def label(self, row: dict) -> str:
         key = self.keys.get("response") or ""
-        return _as_label(get_field(row, key), key) if key else ""
+        if not key:
+            return ""
+        value = get_field(row, key)
+        if isinstance(value, dict) and "ground_truth" in value:
+            # verl's and DAPO-Math-17k's reward_model column, {ground_truth, style}: MindSpeed-RL's math_17k.yaml maps
+            # the response to it and means its ground_truth
+            value = value["ground_truth"]
+        return _as_label(value, key)
 
     def __call__(self, row):
         label = self.label(row)
@@ -320,6 +329,10 @@ class SFTHandler(Handler):
         full = prompt + self.encode_response(response)
         self.check_seq_length(len(full))
         mask = [0] * len(prompt) + [1] * (len(full) - len(prompt))
+        return self.sft_row(row, prompt, full, mask)
+
+    def sft_row(self, row: dict, prompt: list, full: list, mask: list) -> dict:
+        """The MindRecord fields of one supervised row (padded to MindRLHF's fixed shapes with pad_to_max_length)."""
         prompt_out = prompt
         if self.ctx.pad_to_max_length:
             pad = self.ctx.pad_token_id
@@ -331,3 +344,89 @@ class SFTHandler(Handler):
         return {"prompt_ids": np.asarray(prompt_out, np.int32), "prompt_length": len(prompt),
                 "pretrain_ids": np.asarray(full, np.int32), "loss_mask": np.asarray(mask, np.int32),
                 **self.extras(row)}
+
+
+# the speaker names of ShareGPT rows ("from"/"value") and of OpenAI-style messages ("role"/"content")
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+
+
+@register_handler
+class ConversationSFTHandler(SFTHandler):
+    """Multi-turn conversations for supervised fine-tuning, with the loss on every assistant turn: ShareGPT rows
+    (``{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}], "system": ...}``, as
+    MindSpeed-RL's and LLaMA-Factory's SharegptStyleInstructionHandler read them) or OpenAI-style ``messages``
+    (``role``/``content``; set ``map_keys: {messages: messages}``).
+
+    The tokens are the conversation as the template renders it: each assistant turn is the text after the
+    template's generation prompt for the turns before it (loss 1, with the template's end of turn), and everything
+    in between (user turns, system prompt, the next turn's header) has loss 0; ``append_eod`` adds the eos after
+    the last assistant turn. Turns after the last assistant turn are dropped. A template that renders earlier
+    turns differently once later ones follow (qwen3 drops the <think> part of past answers) cannot give every turn
+    the context it was trained in: such rows are refused (train on one turn per row with handler ``sft``)."""
+
+    names = ("sharegpt", "SharegptStyleInstructionHandler", "conversation")
+    default_map_keys = {"messages": "conversations", "system": "system"}
+
+    def messages(self, row: dict) -> list:
+        key = self.keys.get("messages") or ""
+        value = get_field(row, key)
+        if not isinstance(value, (list, tuple)) or not value or not all(isinstance(m, dict) for m in value):
+            raise BadRow("bad_messages", f"{key!r} is not a non-empty list of turns")
+        out = []
+        system = self.text(row, "system", required=False)
+        if system:
+            out.append({"role": "system", "content": system})
+        for i, turn in enumerate(value):
+            speaker = turn.get("from", turn.get("role"))
+            content = turn.get("value", turn.get("content"))
+            role = _ROLES.get(str(speaker).lower())
+            if role is None:
+                raise BadRow("bad_messages", f"{key}[{i}]: speaker {speaker!r} is not one of "
+                                             f"{', '.join(sorted(_ROLES))} (tool turns are not supported)")
+            if not isinstance(content, str):
+                raise BadRow("bad_messages", f"{key}[{i}]: its text is {type(content).__name__}, expected a string")
+            out.append({"role": role, "content": content})
+        if not any(m["role"] == "assistant" for m in out):
+            raise BadRow("empty_response", f"{key!r} has no assistant turn to learn")
+        return out
+
+    def __call__(self, row):
+        turns = self.messages(row)
+        last = max(i for i, m in enumerate(turns) if m["role"] == "assistant")
+        tokenizer, template = self.ctx.tokenizer, self.ctx.template
+        full, mask, said, prompt = [], [], "", None
+        for i in range(last + 1):
+            if turns[i]["role"] != "assistant":
+                continue
+            try:
+                before = template.render_messages(turns[:i], add_generation_prompt=True,
+                                                  enable_thinking=self.ctx.enable_thinking)
+            except TemplateRenderError as e:
+                raise BadRow("template_error", str(e)) from None
+            except TemplateError as e:
+                raise BadRow("bad_messages", str(e)) from None
+            if not before.startswith(said):
+                raise BadRow("template_rewrites_history", "the template renders earlier turns differently once "
+                                                          "later ones follow; use handler sft, one turn per row")
+            context = tokenizer.encode(before[len(said):])
+            answer = tokenizer.encode(template.response_text(turns[i]["content"]))
+            if i == last and self.ctx.append_eod:
+                answer.append(tokenizer.eos_token_id)
+            if prompt is None:
+                prompt = list(context)
+                limit = self.ctx.max_prompt_length
+                if limit and len(prompt) > limit:
+                    raise Filtered("prompt_too_long", f"{len(prompt)} tokens > max_prompt_length {limit}")
+            full += context + answer
+            mask += [0] * len(context) + [1] * len(answer)
+            said = before + template.response_text(turns[i]["content"])
+        self.check_seq_length(len(full))
+        return self.sft_row(row, prompt, full, mask)
+
+
+@register_handler
+class MessagesSFTHandler(ConversationSFTHandler):
+    """The same, for OpenAI-style rows: ``{"messages": [{"role": "user", "content": ...}, ...]}``."""
+
+    names = ("messages", "sft_messages")
+    default_map_keys = {"messages": "messages", "system": ""}

@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from mindrl.config.peer import Rule, judge
+
 from .handlers import BadRow, Filtered, HandlerContext, get_handler
-from .templates import get_template
+from .templates import check_prompt_type, get_template
 from .tokenizer import load_tokenizer
 
-__all__ = ["PreprocessError", "PreprocessConfigError", "PreprocessSummary", "load_config", "preprocess", "cli_main",
-           "DEFAULTS"]
+__all__ = ["PreprocessError", "PreprocessConfigError", "PreprocessSummary", "load_dataset_config", "preprocess",
+           "cli_main", "DEFAULTS"]
 
 logger = logging.getLogger("mindrl.data.preprocess")
 
@@ -43,7 +45,7 @@ DEFAULTS = {
     "handler_name": "R1AlpacaStyleInstructionHandler",
     "prompt_type": "empty",
     "prompt_type_path": None,          # another templates.json
-    "enable_thinking": None,           # Qwen3: False renders the empty think block
+    "enable_thinking": None,           # Qwen3 / hf: passed to a template that has the switch, refused by others
     "map_keys": None,
     "dataset_additional_keys": [],
     "max_prompt_length": None,
@@ -55,11 +57,31 @@ DEFAULTS = {
     "log_interval": 100,
     "seed": 1234,                      # accepted for MindSpeed-RL configs; preprocessing never shuffles
 }
-# MindSpeed-RL keys with no meaning here. Accepted so existing configs run; a warning names them.
-IGNORED = {"streaming", "json_keys", "split_sentences", "keep_newlines", "mm_dataset_additional_keys",
-           "interleave_probs", "overwrite_cache", "cache_dir", "pack", "neat_pack", "script_data_dir",
-           "tokenizer_not_use_fast", "make_vocab_size_divisible_by", "pad_vocab_size_to",
-           "placeholder_token", "reward_tokens", "dataset_impl", "n_subs", "merge_group_keys"}
+# MindSpeed-RL's data-config keys that mindrl does not act on (config/peer.py's rules): accepted where no value
+# changes the rows mindrl writes (logged once), accepted only with the value that says what mindrl does, else
+# refused with the reason
+_MEGATRON_FORMAT = "a setting of Megatron's indexed-dataset output; mindrl writes one MindRecord file"
+PEER_KEYS = {
+    "streaming": Rule(any=True, why="mindrl reads the input file row by row either way"),
+    "overwrite_cache": Rule(any=True, why="mindrl keeps no dataset cache (use --overwrite for the output)"),
+    "cache_dir": Rule(any=True, why="mindrl keeps no dataset cache"),
+    "n_subs": Rule(any=True, why="parallel subsets; mindrl's workers split the rows and write the same ones"),
+    "tokenizer_not_use_fast": Rule(any=True, why="the fast and slow Hugging Face tokenizers give the same ids"),
+    "make_vocab_size_divisible_by": Rule(any=True, why="a training-side vocabulary padding; token ids do not change"),
+    "pad_vocab_size_to": Rule(any=True, why="a training-side vocabulary padding; token ids do not change"),
+    "dataset_impl": Rule(any=True, why=_MEGATRON_FORMAT),
+    "json_keys": Rule(any=True, why=_MEGATRON_FORMAT),
+    "pack": Rule(ok=(False, None), why="mindrl does not pack prompt datasets (each row is one prompt)"),
+    "neat_pack": Rule(ok=(False, None), why="mindrl does not pack prompt datasets (each row is one prompt)"),
+    "split_sentences": Rule(ok=(False, None), why="a pretraining-corpus option; mindrl tokenizes each row whole"),
+    "keep_newlines": Rule(ok=(False, None), why="a pretraining-corpus option; mindrl tokenizes each row whole"),
+    "interleave_probs": Rule(ok=(None,), why="mindrl preprocesses one input at a time (run it once per file)"),
+    "merge_group_keys": Rule(ok=(None,), why="mindrl preprocesses one input at a time"),
+    "script_data_dir": Rule(ok=(None,), why="mindrl reads json, jsonl and parquet files, not dataset scripts"),
+    "mm_dataset_additional_keys": Rule(ok=(None, []), why="mindrl's models are text-only"),
+    "placeholder_token": Rule(ok=("ки",), why="only MindSpeed-RL's process-reward handler reads it"),
+    "reward_tokens": Rule(ok=(None, []), why="only MindSpeed-RL's process-reward handler reads it"),
+}
 INPUT_SUFFIXES = (".jsonl", ".json", ".parquet")
 CHUNK_ROWS = 256          # rows per task sent to a worker process
 WRITE_ROWS = 1000         # rows per FileWriter.write_raw_data call
@@ -102,7 +124,7 @@ def _parse_override(text: str) -> tuple[str, object]:
         raise PreprocessConfigError(f"override {text!r}: {problem}; quote the value if it is text") from None
 
 
-def load_config(path: str | None, overrides: list[str] = (), extra: dict | None = None) -> dict:
+def load_dataset_config(path: str | None, overrides: list[str] = (), extra: dict | None = None) -> dict:
     """yaml file + ``key=value`` overrides (``map_keys.prompt=question`` sets a nested key)."""
     raw = {}
     if path:
@@ -127,13 +149,24 @@ def load_config(path: str | None, overrides: list[str] = (), extra: dict | None 
         else:
             raw[key] = value
     where = f" in {path}" if path else ""
-    unknown = sorted(set(raw) - set(DEFAULTS) - IGNORED)
+    unknown = sorted(set(raw) - set(DEFAULTS) - set(PEER_KEYS))
     if unknown:
         raise PreprocessConfigError(f"unknown config key{'s' if len(unknown) > 1 else ''} "
                                     f"{', '.join(map(repr, unknown))}{where}; known keys: {', '.join(DEFAULTS)}")
-    ignored = sorted(k for k in set(raw) & IGNORED)
-    if ignored:
-        logger.warning("ignoring MindSpeed-RL key(s) with no effect in mindrl: %s", ", ".join(ignored))
+    notes, refused = [], []
+    for key in sorted(set(raw) & set(PEER_KEYS)):
+        _, note, error = judge(PEER_KEYS[key], key, raw[key])
+        (refused.append(f"{key}: {error}") if error else notes.append(note))
+    if refused:
+        raise PreprocessConfigError("; ".join(refused) + where)
+    if notes:
+        logger.info("accepted, no effect in mindrl: %s", "; ".join(notes))
+    if isinstance(raw.get("map_keys"), str):  # MindSpeed-RL's r1_zero yamls quote the mapping as JSON text
+        try:
+            raw["map_keys"] = json.loads(raw["map_keys"])
+        except ValueError as e:
+            raise PreprocessConfigError(f"map_keys: {raw['map_keys']!r} is neither a mapping nor JSON text ({e})"
+                                        f"{where}") from None
     config = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
     _validate(config, where)
     return config
@@ -178,7 +211,7 @@ def _validate(cfg: dict, where: str):
         raise PreprocessConfigError(f"enable_thinking must be true, false or null{where}")
     try:
         get_handler(cfg["handler_name"])
-        get_template(cfg["prompt_type"], cfg["prompt_type_path"])
+        check_prompt_type(cfg["prompt_type"], cfg["prompt_type_path"], cfg["enable_thinking"])
     except ValueError as e:
         raise PreprocessConfigError(f"{e}{where}") from None
 
@@ -198,7 +231,8 @@ def _build_handler(cfg: dict):
     else:
         tokenizer = load_tokenizer(cfg["tokenizer_name_or_path"], cfg["tokenizer_type"])
     ctx = HandlerContext(
-        tokenizer=tokenizer, template=get_template(cfg["prompt_type"], cfg["prompt_type_path"]),
+        tokenizer=tokenizer, template=get_template(cfg["prompt_type"], cfg["prompt_type_path"], tokenizer,
+                                                   cfg["enable_thinking"]),
         map_keys=cfg["map_keys"] or {}, additional_keys=list(cfg["dataset_additional_keys"]),
         max_prompt_length=cfg["max_prompt_length"], seq_length=cfg["seq_length"],
         append_eod=cfg["append_eod"], pad_to_max_length=cfg["pad_to_max_length"],
@@ -231,6 +265,18 @@ def _decode_line(raw: bytes, line: int) -> str:
                                  f"not valid UTF-8") from None
 
 
+# MindRecord's page size here: a row whose fields need more cannot be written, and the writer would fail the file
+PAGE_BYTES = 1 << 22
+
+
+def _fitting(fields: dict) -> dict:
+    """``fields`` when a MindRecord page holds them (strings as UTF-8, arrays' bytes, with room to spare)."""
+    size = sum(len(v.encode()) if isinstance(v, str) else getattr(v, "nbytes", 8) for v in fields.values())
+    if size > PAGE_BYTES // 2:
+        raise BadRow("too_large", f"its fields take {size} bytes, more than the {PAGE_BYTES // 2} a row may")
+    return fields
+
+
 def _process_chunk(items: list) -> tuple[int, list]:
     """items: (source, line, raw) where raw is a json line (bytes) or an already parsed row.
     Returns (pid, results) with results in order: ("ok", fields) or
@@ -248,11 +294,16 @@ def _process_chunk(items: list) -> tuple[int, list]:
                     raise BadRow("malformed_json", str(e)) from None
             if not isinstance(raw, dict):
                 raise BadRow("not_an_object", f"row is {type(raw).__name__}, expected a JSON object")
-            out.append(("ok", handler(raw)))
+            out.append(("ok", _fitting(handler(raw))))
         except Filtered as e:
             out.append(("filtered", source, line, e.reason, e.detail))
         except BadRow as e:
             out.append(("bad", source, line, e.reason, e.detail))
+        except RecursionError:  # JSON nested deeper than Python recurses (json.loads): this row only
+            out.append(("bad", source, line, "too_deeply_nested", f"nested deeper than Python's recursion limit "
+                                                                   f"({sys.getrecursionlimit()})"))
+        except MemoryError:
+            out.append(("bad", source, line, "too_large", "decoding or tokenizing it ran out of memory"))
     return os.getpid(), out
 
 
@@ -417,7 +468,7 @@ class _AtomicMindRecord:
             self.writer = FileWriter(os.path.join(self.tmp_dir, self.base), shard_num=1, overwrite=True)
             # The defaults (16 MB header + 32 MB pages) make even a 10-row file 50 MB.
             self.writer.set_header_size(1 << 22)
-            self.writer.set_page_size(1 << 22)
+            self.writer.set_page_size(PAGE_BYTES)
             self.writer.add_schema(schema, "mindrl")
         except BaseException:
             self.discard()
@@ -476,7 +527,7 @@ class _Progress:
 
 
 def preprocess(cfg: dict, strict: bool = False, overwrite: bool = False) -> PreprocessSummary:
-    """Run one preprocessing job described by a validated config (see :func:`load_config`).
+    """Run one preprocessing job described by a validated config (see :func:`load_dataset_config`).
 
     Raises :class:`PreprocessConfigError` for what is wrong before any row is read, and
     :class:`PreprocessError` (or the error itself) for what fails later; either way no output or
@@ -555,7 +606,7 @@ def cli_main(argv=None) -> int:
         logger.setLevel(logging.INFO)
         logger.propagate = False
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_dataset_config(args.config, args.overrides)
         summary = preprocess(cfg, strict=args.strict, overwrite=args.overwrite)
     except PreprocessConfigError as e:
         print(f"mindrl preprocess: error: {e}", file=sys.stderr)

@@ -24,6 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
+# Inside functions: MindSpore's MindRecord reader, loaded when a file is read (not by config checks)
+
+# the columns of SFT rows (`mindrl preprocess` with handler_name sft): PPO-ptx reads them, preflight checks them
+PTX_COLUMNS = ("pretrain_ids", "loss_mask")
+
 __all__ = ["PromptDataset", "pad_batch", "mindrecord_size", "mindrecord_columns", "prompt_stats"]
 
 

@@ -13,6 +13,8 @@ file with the same schema). Each entry gives the text around every turn:
   (Qwen3's ``enable_thinking=False`` renders an empty think block)
 * ``strip_content``    trim message text (Llama 3 does)
 * ``strip_history_think``  drop ``<think>...</think>`` from earlier assistant turns (Qwen3, R1)
+
+``hf`` is not in the file: it is the tokenizer directory's own jinja chat template (see chat_template.py).
 """
 from __future__ import annotations
 
@@ -21,15 +23,14 @@ import json
 import os
 from dataclasses import dataclass, field
 
-__all__ = ["Template", "TemplateError", "get_template", "list_templates", "render", "render_messages",
-           "build_messages", "DEFAULT_TEMPLATES_PATH"]
+from .chat_template import load_chat_template
+from .messages import TemplateError, TemplateRenderError, build_messages, check_messages
+
+__all__ = ["Template", "TemplateError", "TemplateRenderError", "HF_TEMPLATE", "get_template", "check_prompt_type",
+           "list_templates", "render", "render_messages", "build_messages", "DEFAULT_TEMPLATES_PATH"]
 
 DEFAULT_TEMPLATES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates.json")
-_ROLES = ("system", "user", "assistant")
-
-
-class TemplateError(ValueError):
-    """Unknown template, or messages a template cannot render."""
+HF_TEMPLATE = "hf"     # the tokenizer's own chat template
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,17 @@ class Template:
         # str.replace, not str.format: prompts are full of braces (\boxed{}, code, JSON).
         return fmt.replace("{content}", content.strip() if self.strip_content else content)
 
+    def check_enable_thinking(self, value):
+        if value is not None and self.thinking_on == self.thinking_off:
+            raise TemplateError(f"enable_thinking: prompt_type {self.name!r} has no thinking switch, so it would "
+                                f"change nothing; remove the key, or use qwen3 or hf with a template that reads it")
+
     def render_messages(self, messages: list[dict], add_generation_prompt: bool = True,
                         enable_thinking: bool | None = None) -> str:
         """Render a conversation. A system prompt is the first message with role ``system``;
         without one the template's ``default_system`` (if any) is used."""
-        messages = _check_messages(messages)
+        self.check_enable_thinking(enable_thinking)
+        messages = check_messages(messages)
         parts = [self.bos]
         if messages and messages[0]["role"] == "system":
             system, messages = messages[0]["content"], messages[1:]
@@ -92,51 +99,6 @@ class Template:
     def response_text(self, response: str) -> str:
         """A training target: the response followed by the template's end-of-turn text."""
         return self._fill("{content}", response) + self.response_end
-
-
-def _check_messages(messages) -> list[dict]:
-    if not isinstance(messages, (list, tuple)) or not messages:
-        raise TemplateError("messages must be a non-empty list of {'role', 'content'} dicts")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or "role" not in m or "content" not in m:
-            raise TemplateError(f"message {i} is not a dict with 'role' and 'content': {m!r}")
-        if m["role"] not in _ROLES:
-            raise TemplateError(f"message {i} has role {m['role']!r}; supported roles: {', '.join(_ROLES)}")
-        if not isinstance(m["content"], str):
-            raise TemplateError(f"message {i} content is {type(m['content']).__name__}, not a string")
-    return list(messages)
-
-
-def build_messages(prompt, query: str = "", system: str | None = None, history=None) -> list[dict]:
-    """Normalise the data shapes we accept into a message list.
-
-    * ``prompt`` str, optional ``query`` (Alpaca "input") appended on a new line;
-    * ``prompt`` as a list of ``{"role", "content"}`` messages (DAPO-Math-17k, OpenAI style);
-    * ``history``: earlier turns as ``[[user, assistant], ...]`` pairs or as messages;
-    * ``system``: overrides a system message in the data; ``None``/"" keeps the data's or the
-      template default.
-    """
-    if isinstance(prompt, (list, tuple)):
-        messages = _check_messages(prompt)
-    elif isinstance(prompt, str):
-        content = f"{prompt}\n{query}" if query else prompt
-        messages = [{"role": "user", "content": content}]
-    else:
-        raise TemplateError(f"prompt must be a string or a list of messages, not {type(prompt).__name__}")
-    head = []
-    if messages[0]["role"] == "system":
-        head, messages = [messages[0]], messages[1:]
-    if system:
-        head = [{"role": "system", "content": system}]
-    past = []
-    for i, turn in enumerate(history or []):
-        if isinstance(turn, dict):
-            past.append(turn)
-        elif isinstance(turn, (list, tuple)) and len(turn) == 2:
-            past += [{"role": "user", "content": turn[0]}, {"role": "assistant", "content": turn[1]}]
-        else:
-            raise TemplateError(f"history item {i} must be a [user, assistant] pair or a message dict")
-    return _check_messages(head + past + messages)
 
 
 def _load(path: str) -> dict[str, Template]:
@@ -175,31 +137,55 @@ def list_templates(path: str | None = None) -> list[str]:
     return sorted(_load(os.path.abspath(path or DEFAULT_TEMPLATES_PATH)))
 
 
-def get_template(name: str | Template, path: str | None = None) -> Template:
-    if isinstance(name, Template):
-        return name
-    templates = _load(os.path.abspath(path or DEFAULT_TEMPLATES_PATH))
-    if name not in templates:
-        raise TemplateError(f"unknown prompt_type {name!r}; available: {', '.join(sorted(templates))}")
-    return templates[name]
+def check_prompt_type(name: str, path: str | None = None, enable_thinking: bool | None = None):
+    """Everything about a prompt_type that can be checked without the tokenizer (hf's template lives with it)."""
+    if name == HF_TEMPLATE:
+        if path:
+            raise TemplateError("prompt_type_path: prompt_type hf renders with the tokenizer's own chat template, "
+                                "not a templates file; remove prompt_type_path")
+        return
+    get_template(name, path, enable_thinking=enable_thinking)
+
+
+def get_template(name, path: str | None = None, tokenizer=None, enable_thinking: bool | None = None):
+    """A template by name: one of templates.json's, or ``hf``, the chat template of ``tokenizer``'s directory.
+    ``enable_thinking`` is refused (TemplateError) by a template it would not change."""
+    if name == HF_TEMPLATE:
+        check_prompt_type(name, path)
+        if tokenizer is None:
+            raise TemplateError("prompt_type hf renders with the tokenizer's own chat template: pass the tokenizer")
+        template = load_chat_template(tokenizer)
+    elif isinstance(name, str):
+        templates = _load(os.path.abspath(path or DEFAULT_TEMPLATES_PATH))
+        if name not in templates:
+            raise TemplateError(f"unknown prompt_type {name!r}; available: {', '.join(sorted(templates))}, "
+                                f"or {HF_TEMPLATE} (the tokenizer's own chat template)")
+        template = templates[name]
+    elif hasattr(name, "render_messages"):
+        template = name              # a Template or ChatTemplate already
+    else:
+        raise TemplateError(f"prompt_type must be a template name, got {name!r}")
+    template.check_enable_thinking(enable_thinking)
+    return template
 
 
 def render(template_name, prompt=None, query: str = "", system: str | None = None, history=None,
-           messages=None, enable_thinking: bool | None = None, templates_path: str | None = None) -> str:
+           messages=None, enable_thinking: bool | None = None, templates_path: str | None = None,
+           tokenizer=None) -> str:
     """Render a prompt with a template; the text ends with the assistant generation prefix.
 
     ``prompt`` is a string (with optional Alpaca-style ``query``) or a list of chat messages;
-    ``messages=`` is accepted as another name for the latter.
+    ``messages=`` is accepted as another name for the latter. ``hf`` needs ``tokenizer``.
     """
     if messages is not None:
         if prompt is not None:
             raise TemplateError("pass either prompt or messages, not both")
         prompt = messages
-    return get_template(template_name, templates_path).render(
+    return get_template(template_name, templates_path, tokenizer).render(
         prompt, query=query, system=system, history=history, enable_thinking=enable_thinking)
 
 
 def render_messages(template_name, messages, add_generation_prompt: bool = True,
-                    enable_thinking: bool | None = None, templates_path: str | None = None) -> str:
-    return get_template(template_name, templates_path).render_messages(
+                    enable_thinking: bool | None = None, templates_path: str | None = None, tokenizer=None) -> str:
+    return get_template(template_name, templates_path, tokenizer).render_messages(
         messages, add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking)

@@ -15,6 +15,8 @@ import os
 import re
 from typing import Iterable
 
+# Inside functions: sentencepiece and tokenizers, the one the tokenizer's files call for
+
 __all__ = ["Tokenizer", "TokenizerError", "load_tokenizer", "QWEN2_PRETOKENIZE_REGEX", "TOKENIZER_FILES",
            "has_tokenizer", "copy_tokenizer_files"]
 
@@ -103,6 +105,7 @@ class _ModelConfigs:
             path = os.path.join(directory, name)
             return _read_json(path) if os.path.isfile(path) else {}
 
+        self.directory = directory
         self.tokenizer_config = load("tokenizer_config.json")
         self.generation_config = load("generation_config.json")
         self.model_config = load("config.json")
@@ -203,6 +206,15 @@ class Tokenizer:
             token = None if token_id is None else self.id_to_token(token_id)
             if token is not None:
                 self.special_tokens.setdefault(token, token_id)
+
+    @property
+    def directory(self) -> str:
+        """The directory whose json files (and chat template) go with this tokenizer."""
+        return self._configs.directory
+
+    @property
+    def tokenizer_config(self) -> dict:
+        return self._configs.tokenizer_config
 
     @property
     def eos_token(self) -> str | None:

@@ -6,7 +6,17 @@ graphs included (measured: six x * r with r [N, 1] on a 134 MB x took 3.3 GB, an
 broadcast_to; scalars are free), and autodiff through it keeps more. So every operation on activations gets
 operands of equal shapes (expand()), and the tables every layer shares are expanded once per forward. The
 8-layer bench model's update at 4 x 1024 tokens peaked at 16.4 GB before these rules.
+
+Custom bprops call ``expand_in_bprop``, a twin of ``expand``: MindSpore 2.10's graph mode parses a Python function
+once and shares that graph between the forward (construct) and the custom bprops. expand's branches on shapes are
+constants folded at compile time, and a branch that only a bprop takes comes out as an empty graph: compiling the
+update failed with "The func graph is empty ... expand" when the attention scores were big enough for the product
+with ones (MaskedSoftmax's backward) but no forward operand was (hidden 64, 4 heads, 32 rows of 24 tokens). A twin
+is a function object of its own, so it gets a graph of its own. Shared helpers (RMSNorm's normalisation, TokenStats'
+statistics) may call ``expand`` from a bprop: their forward makes the very same calls.
 """
+import types
+
 from mindspore import ops
 
 EXPAND_MIN = 1 << 16  # elements; below it an implicit broadcast's extra buffers are small, and a kernel is saved
@@ -25,6 +35,11 @@ def expand(small, like):
     if small.shape == (last,) or small.shape == (1,) * (len(like.shape) - 1) + (last,):
         return ops.matmul(ops.ones((like.size // last, 1), small.dtype), small.reshape(1, last)).reshape(like.shape)
     return ops.broadcast_to(small, like.shape)
+
+
+# the same code under another function object (see the module's docstring)
+expand_in_bprop = types.FunctionType(expand.__code__, expand.__globals__, "expand_in_bprop", expand.__defaults__,
+                                     expand.__closure__)
 
 
 def row_sum(x):

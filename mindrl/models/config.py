@@ -7,8 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+import yaml
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "qwen3")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -50,7 +54,8 @@ class ModelConfig:
     source: str = field(default="<defaults>", compare=False)
 
     def __post_init__(self):
-        if self.head_dim is None and self.num_heads:
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (self.hidden_size, self.num_heads))
+        if self.head_dim is None and self.num_heads and ints:  # else validate() names the key that is not a number
             self.head_dim = self.hidden_size // self.num_heads
 
     # -- validation -----------------------------------------------------------------------
@@ -173,6 +178,58 @@ class ModelConfig:
                 out[key] = getattr(self, key)
         return out
 
+    # -- MindSpeed-RL's (Megatron) model files ----------------------------------------------
+    @classmethod
+    def from_megatron_dict(cls, args: dict, source: str = "<yaml>") -> "ModelConfig":
+        """A MindSpeed-RL ``configs/model/<name>.yaml`` section: Megatron's model arguments with Megatron's defaults
+        (see _MEGATRON_KEYS). The architecture follows from the switches: ``qk_layernorm`` is Qwen3, ``add_qkv_bias``
+        Qwen2, neither LLaMA."""
+        where = source
+
+        def bad(key, msg):
+            raise ModelConfigError(f"{where}: {key}: {msg}")
+
+        known = {**_MEGATRON_KEYS, **{k: None for k in _MEGATRON_NO_EFFECT}}
+        for key, value in args.items():
+            if key in MEGATRON_TRAINING_KEYS:
+                continue  # the run config's translation judged it (megatron_training_keys)
+            if key not in known:
+                bad(key, "not a Megatron model argument mindrl knows (docs/models.md lists them)")
+            if key in _MEGATRON_REQUIRED_VALUES and not _same(value, _MEGATRON_REQUIRED_VALUES[key][0]):
+                want, why = _MEGATRON_REQUIRED_VALUES[key]
+                bad(key, f"{value!r} is not supported: {why} (mindrl needs {want!r})")
+        for key, (want, why) in _MEGATRON_REQUIRED_VALUES.items():
+            if key not in args and want != _MEGATRON_DEFAULTS.get(key, want):
+                bad(key, f"missing: Megatron's default {_MEGATRON_DEFAULTS[key]!r} is not supported ({why}); "
+                         f"set {key}: {want!r}")
+        a = {**_MEGATRON_DEFAULTS, **args}
+        for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "padded_vocab_size"):
+            if a.get(key) is None:
+                bad(key, "missing" + (" (mindrl does not pad the tokenizer's vocabulary: give the model's)"
+                                      if key == "padded_vocab_size" else ""))
+        heads = int(a["num_attention_heads"])
+        scaling = None
+        if a.get("rope_scaling_type") is not None:
+            if a["rope_scaling_type"] != "llama3":
+                bad("rope_scaling_type", f"{a['rope_scaling_type']!r} is not supported (llama3)")
+            scaling = {"rope_type": "llama3", "factor": float(a["rope_scaling_factor"]),
+                       "low_freq_factor": float(a["low_freq_factor"]), "high_freq_factor": float(a["high_freq_factor"]),
+                       "original_max_position_embeddings": int(a["original_max_position_embeddings"])}
+        model_type = "qwen3" if a["qk_layernorm"] else "qwen2" if a["add_qkv_bias"] else "llama"
+        try:
+            return cls(
+                model_type=model_type, vocab_size=int(a["padded_vocab_size"]), hidden_size=int(a["hidden_size"]),
+                intermediate_size=int(a["ffn_hidden_size"]), num_layers=int(a["num_layers"]), num_heads=heads,
+                n_kv_heads=int(a["num_query_groups"]) if a["group_query_attention"] else heads,
+                head_dim=int(a["kv_channels"]) if a.get("kv_channels") else None,
+                rms_norm_eps=float(a["norm_epsilon"]), rope_theta=float(a["rotary_base"]), rope_scaling=scaling,
+                max_position_embeddings=int(a["max_position_embeddings"] or a.get("seq_length") or 4096),
+                tie_word_embeddings=not a["untie_embeddings_and_output_weights"], qkv_bias=bool(a["add_qkv_bias"]),
+                qk_norm=bool(a["qk_layernorm"]), initializer_range=float(a["init_method_std"]), source=source,
+            ).validate()
+        except (TypeError, ValueError) as err:
+            raise ModelConfigError(f"{where}: {err}") from None
+
     # -- MindFormers-style yaml -------------------------------------------------------------
     @classmethod
     def from_yaml_dict(cls, doc: dict, source: str = "<yaml>") -> "ModelConfig":
@@ -182,7 +239,11 @@ class ModelConfig:
             raise ModelConfigError(f"{source}: model.model_config: missing (expected MindFormers yaml layout)") from None
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {}
+        restated = {}  # MindFormers keys its LLaMA stores but never reads: checked against what it does use
         for key, value in mc.items():
+            if key in _YAML_RESTATED:
+                restated[key] = value
+                continue
             if key == "type":
                 if value not in _YAML_CLASS_TYPES and value not in SUPPORTED_MODEL_TYPES:
                     raise ModelConfigError(f"{source}: model.model_config.type: unknown config class {value!r}; "
@@ -191,16 +252,28 @@ class ModelConfig:
                     kwargs["model_type"] = _YAML_CLASS_TYPES.get(value, value)
                 continue
             name = _YAML_ALIASES.get(key, key)
+            if name in _YAML_FIXED:  # what mindrl's decoders do: any other value would be a different model
+                allowed, why = _YAML_FIXED[name]
+                if value not in allowed:
+                    raise ModelConfigError(f"{source}: model.model_config.{key}: {value!r} is not supported: {why}")
+                continue
             if name in _YAML_IGNORED:
                 continue
             if name not in known or name == "source":
-                raise ModelConfigError(f"{source}: model.model_config.{key}: unknown key")
+                raise ModelConfigError(f"{source}: model.model_config.{key}: not a MindFormers LLaMA/Qwen key mindrl "
+                                       f"reads, so it would change nothing; remove it (docs/models.md lists the keys)")
             kwargs[name] = value
         par = doc.get("parallel_config") or {}
         for key in par:
             if key not in ("data_parallel", "model_parallel", "pipeline_stage", "micro_batch_num", "vocab_emb_dp",
                            "use_seq_parallel", "gradient_aggregation_group"):
-                raise ModelConfigError(f"{source}: parallel_config.{key}: unknown key")
+                raise ModelConfigError(f"{source}: parallel_config.{key}: not a MindFormers parallel_config key "
+                                       f"mindrl reads; remove it")
+        # a pipeline mindrl does not have would run another layout than the file says; sequence parallelism (which
+        # MindRLHF's yamls turn on) only shards activations, the numbers are the same without it
+        if par.get("pipeline_stage", 1) != 1:
+            raise ModelConfigError(f"{source}: parallel_config.pipeline_stage: {par['pipeline_stage']!r} is not "
+                                   f"supported: mindrl runs one pipeline stage (tensor and data parallel only)")
         recompute = _yaml_recompute(doc.get("recompute_config"), source)
         if recompute is not None:
             kwargs["recompute"] = recompute
@@ -208,6 +281,7 @@ class ModelConfig:
         kwargs["model_parallel"] = int(par.get("model_parallel", 1))
         if "model_type" not in kwargs:
             raise ModelConfigError(f"{source}: model.model_config.model_type: missing")
+        _mindformers_ffn(kwargs)
         if kwargs["model_type"] == "qwen2":
             kwargs.setdefault("qkv_bias", True)
         if kwargs["model_type"] == "qwen3":
@@ -218,7 +292,9 @@ class ModelConfig:
                     kwargs[key] = float(kwargs[key])
                 except (TypeError, ValueError):
                     raise ModelConfigError(f"{source}: model.model_config.{key}: not a number: {kwargs[key]!r}") from None
-        return cls(source=source, **kwargs).validate()
+        out = cls(source=source, **kwargs).validate()
+        _check_restated(out, restated, source)
+        return out
 
     def to_yaml_dict(self) -> dict:
         mc = {"type": {v: k for k, v in _YAML_CLASS_TYPES.items()}[self.model_type]}
@@ -244,10 +320,18 @@ _YAML_CLASS_TYPES = {"LlamaConfig": "llama", "Qwen2Config": "qwen2", "Qwen3Confi
 _YAML_IGNORED = {"use_flash_attention", "use_past", "is_dynamic", "softmax_compute_type", "rotary_dtype",
                  "layernorm_compute_type", "checkpoint_name_or_path", "batch_size", "use_attn_mask_compression",
                  "qkv_concat", "use_rope_slice", "offset", "repetition_penalty", "max_decode_length", "top_k",
-                 "top_p", "do_sample", "block_size", "num_blocks", "emb_dropout_prob", "hidden_act",
+                 "top_p", "do_sample", "block_size", "num_blocks",
                  # MindRLHF's Qwen2 yamls: the RoPE table size (seq_length is the context mindrl uses), and kernel
                  # switches of MindFormers' Ascend implementation
-                 "max_position_embedding", "extend_method", "fine_grain_interleave"}
+                 "max_position_embedding", "fine_grain_interleave", "ignore_token_id", "temperature",
+                 "use_past_shard", "auto_map"}
+
+
+# MindFormers keys that change the model: mindrl accepts the value its decoders implement, and refuses another
+_YAML_FIXED = {
+    "hidden_act": (("silu", "swiglu"), "mindrl's decoders use SiLU in a gated (SwiGLU) MLP, as LLaMA and Qwen do"),
+    "emb_dropout_prob": ((0, 0.0), "mindrl trains without dropout (RL and SFT recipes set it to 0)"),
+}
 
 
 # recompute_config keys besides `recompute`: the values that describe what mindrl does, and why others cannot be
@@ -258,6 +342,55 @@ _RECOMPUTE_KEYS = {
     "parallel_optimizer_comm_recompute": ((False,), "mindrl does not shard the optimizer state"),
     "recompute_slice_activation": ((False,), "each tensor-parallel rank keeps the whole input of a recomputed layer"),
 }
+
+
+# MindFormers' LlamaConfig stores these Qwen-style keys (MindRLHF's Qwen2 yamls carry them) but LlamaForCausalLM never
+# reads them: the head size is hidden_size / num_heads, the rotary base is `theta`, over the whole head. mindrl does the
+# same, and refuses a value that says otherwise rather than ignore it: key -> (what MindFormers uses, why)
+_YAML_RESTATED = {
+    "kv_channels": "the head size, which MindFormers' LLaMA computes as hidden_size / num_heads",
+    "rotary_emb_base": "the rotary base, which MindFormers' LLaMA reads from theta",
+    "rotary_pct": "the rotated share of each head, which is all of it in MindFormers' LLaMA",
+    "compute_in_2d": None,  # a sharding layout switch (deprecated in LlamaConfig): any value, the same math
+    "multiple_of": None, "ffn_dim_multiplier": None,  # read by _mindformers_ffn
+    "extend_method": "the rotary extension; MindFormers' None is the only one mindrl builds",
+}
+
+
+def _check_restated(cfg: "ModelConfig", restated: dict, source: str) -> None:
+    """The validated config's head size, rotary base and rotation against the keys that restate them."""
+    def bad(key, msg):
+        raise ModelConfigError(f"{source}: model.model_config.{key}: {msg}")
+
+    uses = {"kv_channels": cfg.head_dim, "rotary_emb_base": cfg.rope_theta, "rotary_pct": 1.0, "extend_method": "None"}
+    for key, value in restated.items():
+        if key not in uses:
+            continue
+        if key == "extend_method" and value in (None, "None"):
+            continue
+        try:
+            same = float(value) == float(uses[key]) if key != "extend_method" else False
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            bad(key, f"{value!r} is not what runs: it restates {_YAML_RESTATED[key]} ({uses[key]!r}); remove it, or "
+                     f"change the key the model reads")
+
+
+def _mindformers_ffn(kwargs: dict) -> None:
+    """MindFormers' LLaMA FFN width when intermediate_size is not given: 2/3 of 4 x hidden, times
+    ffn_dim_multiplier, rounded up to multiple_of (LlamaFeedForward). Values that are not numbers are left for
+    validate() to name."""
+    multiple, mult = kwargs.pop("multiple_of", 256), kwargs.pop("ffn_dim_multiplier", None)
+    if "intermediate_size" in kwargs or "hidden_size" not in kwargs:
+        return
+    try:
+        h = int(2 * 4 * int(kwargs["hidden_size"]) / 3)
+        if mult is not None:
+            h = int((float(mult) + 0.01) * h)
+        kwargs["intermediate_size"] = int(multiple) * ((h + int(multiple) - 1) // int(multiple))
+    except (TypeError, ValueError):
+        kwargs["intermediate_size"] = kwargs["hidden_size"]  # invalid: validate() reports hidden_size
 
 
 def _yaml_recompute(section, source: str):
@@ -284,6 +417,47 @@ def _yaml_recompute(section, source: str):
     return value
 
 
+# Megatron's model arguments (MindSpeed-RL's configs/model/*.yaml), with Megatron's defaults
+_MEGATRON_DEFAULTS = {
+    "num_layers": None, "hidden_size": None, "ffn_hidden_size": None, "num_attention_heads": None, "kv_channels": None,
+    "group_query_attention": False, "num_query_groups": 1, "rotary_base": 10000, "max_position_embeddings": None,
+    "padded_vocab_size": None, "make_vocab_size_divisible_by": 128, "untie_embeddings_and_output_weights": False,
+    "add_qkv_bias": False, "qk_layernorm": False, "norm_epsilon": 1e-5, "init_method_std": 0.02,
+    "disable_bias_linear": False, "attention_bias": False, "position_embedding_type": "learned_absolute",
+    "normalization": "LayerNorm", "swiglu": False,
+    "rope_scaling_type": None, "rope_scaling_factor": 1.0, "low_freq_factor": None, "high_freq_factor": None,
+    "original_max_position_embeddings": None, "seq_length": None, "num_experts": None,
+    "multi_latent_attention": False,
+}
+_MEGATRON_KEYS = dict(_MEGATRON_DEFAULTS)
+# keys whose only supported value is the architecture mindrl builds: (value, why)
+_MEGATRON_REQUIRED_VALUES = {
+    "position_embedding_type": ("rope", "mindrl's decoders use rotary position embeddings"),
+    "normalization": ("RMSNorm", "mindrl's decoders use RMSNorm"),
+    "swiglu": (True, "mindrl's MLP is SwiGLU"),
+    "disable_bias_linear": (True, "mindrl's linear layers have no bias (only q/k/v with add_qkv_bias)"),
+    "attention_bias": (False, "mindrl's attention output projection has no bias"),
+    "num_experts": (None, "mindrl's models have no experts (MoE)"),
+    "multi_latent_attention": (False, "mindrl has no multi-latent attention"),
+}
+# accepted with any value: kernel, fusion and memory switches that do not change the model's math
+_MEGATRON_NO_EFFECT = ("use_mcore_models", "attention_softmax_in_fp32", "use_flash_attn", "use_fused_rmsnorm",
+                       "use_fused_swiglu", "use_fused_rotary_pos_emb", "use_rotary_position_embeddings", "use_mc2",
+                       "sequence_parallel", "no_masked_softmax_fusion", "no_gradient_accumulation_fusion", "bf16",
+                       "make_vocab_size_divisible_by")
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, str) and isinstance(b, (int, float)):
+        try:
+            return float(a) == b
+        except ValueError:
+            return False
+    return a == b
+
+
 def _hf_rope_scaling(cfg: dict) -> Optional[dict]:
     scaling = cfg.get("rope_scaling")
     if scaling is None and isinstance(cfg.get("rope_parameters"), dict):
@@ -296,6 +470,51 @@ def _hf_rope_scaling(cfg: dict) -> Optional[dict]:
     if scaling.get("rope_type", scaling.get("type")) == "default":
         return None
     return scaling
+
+
+# Megatron training arguments a MindSpeed-RL model file may carry beside the architecture (configs/model/qwen25_32b.yaml
+# has adam_beta2). The model reader skips them; mindrl.config.mindspeed_rl translates them as the run's keys, and a
+# mindrl config naming such a file is refused (megatron_training_keys). tests/test_mindspeed_config.py checks this set
+# is that module's table less the model arguments.
+MEGATRON_TRAINING_KEYS = frozenset((
+    "adam_beta1", "adam_beta2", "adam_eps", "attention_dropout", "clip_grad", "coc_fused_kernel", "coc_parallel_num",
+    "context_parallel_size", "data_path", "dataset_additional_keys", "distributed_backend",
+    "expert_model_parallel_size", "finetune", "fp16", "full_shuffle_instruction_dataset", "global_batch_size",
+    "hidden_dropout", "initial_loss_scale", "load", "lr", "lr_decay_style", "lr_warmup_fraction", "lr_warmup_iters",
+    "micro_batch_size", "min_lr", "no_load_optim", "no_load_rng", "no_save_optim", "no_save_rng", "no_shared_storage",
+    "no_shuffle", "num_workers", "overlap_grad_reduce", "overlap_param_gather", "pipeline_model_parallel_size",
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "reuse_fp32_param", "save", "save_interval",
+    "seed", "split", "swap_attention", "tensor_model_parallel_size", "tokenizer_name_or_path",
+    "tokenizer_not_use_fast", "tokenizer_type", "train_iters", "use_ascend_coc", "use_distributed_optimizer",
+    "variable_seq_lengths", "weight_decay"))
+
+
+def megatron_training_keys(path: str) -> list:
+    """The training arguments a MindSpeed-RL model file at ``path`` carries (none for any other model config)."""
+    if not str(path).endswith((".yaml", ".yml")) or not os.path.isfile(path):
+        return []
+    try:
+        with open(path) as fh:
+            doc = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        return []  # load_model_config says what is wrong with it
+    if not _is_megatron_model_file(doc):
+        return []
+    return sorted(set(next(iter(doc.values()))) & MEGATRON_TRAINING_KEYS)
+
+
+def _is_megatron_model_file(doc) -> bool:
+    """MindSpeed-RL's model file: one top-level key (the model's name) holding Megatron's arguments."""
+    return (isinstance(doc, dict) and len(doc) == 1 and "model" not in doc
+            and isinstance(next(iter(doc.values())), dict) and "num_layers" in next(iter(doc.values())))
+
+
+def gguf_hint(path: str) -> str:
+    """Said of a .gguf given where an HF model is needed: the exact command that converts it (mindrl does not
+    convert behind the user's back: the output is 4x the file and worth keeping)."""
+    out = re.sub(r"[.]gguf$", "", path) + "-hf"
+    return (f"is a GGUF file; convert it first with `mindrl convert --input {shlex.quote(path)} --output "
+            f"{shlex.quote(out)}` and use that directory")
 
 
 def load_model_config(path: str) -> ModelConfig:
@@ -312,11 +531,25 @@ def load_model_config(path: str) -> ModelConfig:
             raise ModelConfigError(f"{path}: not valid JSON: {err}") from None
         return ModelConfig.from_hf_dict(doc, source=path)
     if path.endswith((".yaml", ".yml")):
-        import yaml
         try:
             with open(path) as fh:
                 doc = yaml.safe_load(fh)
         except yaml.YAMLError as err:
             raise ModelConfigError(f"{path}: not valid yaml: {err}") from None
+        if _is_megatron_model_file(doc):
+            (args,) = doc.values()
+            return ModelConfig.from_megatron_dict(args, source=path)
         return ModelConfig.from_yaml_dict(doc or {}, source=path)
     raise ModelConfigError(f"{path}: expected a directory with config.json, a .json or a .yaml model config")
+
+
+def reward_statistics(path: str):
+    """(mean, std) that `mindrl train-rm` (or OpenRLHF) stored in the model's config.json, or None."""
+    cfg = os.path.join(path, "config.json") if os.path.isdir(path) else None
+    if cfg is None or not os.path.exists(cfg):
+        return None
+    with open(cfg) as fh:
+        doc = json.load(fh)
+    if "mean" in doc and "std" in doc:
+        return float(doc["mean"]), float(doc["std"])
+    return None

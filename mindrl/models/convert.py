@@ -16,6 +16,7 @@ HF dir                                     ``X.ckpt`` / ``X.safetensors`` (MindS
 ``X.ckpt`` / ``X.safetensors``             HF dir (config.json + model*.safetensors)
 HF dir                                     HF dir (re-export, e.g. a dtype change)
 HF dir, config.json or model yaml          ``X.yaml`` (with ``--to-yaml``): a model yaml
+``X.gguf`` (llama.cpp)                     any of the above; an HF dir gets the GGUF's tokenizer
 =========================================  =============================================
 """
 from __future__ import annotations
@@ -32,6 +33,9 @@ from mindrl.models.config import ModelConfig, ModelConfigError, load_model_confi
 from mindrl.io import atomic_path, write_text
 from mindrl.models.safetensors_io import (CheckpointError, SafetensorsFile, TensorEntry, open_hf_checkpoint,
                                          to_bf16_bits, write_hf_weights, write_safetensors)
+
+# Inside functions: the GGUF reader (gguf, only for .gguf input), the tokenizer and yaml (only for the
+# outputs that need them), MindSpore's checkpoint writer
 
 MS_SUFFIXES = (".ckpt", ".safetensors")
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -249,6 +253,15 @@ def _resolve_config(input_path: str, model_config: Optional[str]) -> ModelConfig
     return load_model_config(sibling)
 
 
+def _open_gguf(input_path: str, model_config: Optional[str]):
+    if model_config is not None:
+        raise ConvertError(f"{input_path}: a GGUF file carries its own architecture; drop --model-config")
+    if not os.path.isfile(input_path):
+        raise CheckpointError(f"{input_path}: a .gguf input must be a file")
+    from mindrl.models.gguf_import import GGUFModel
+    return GGUFModel(input_path)
+
+
 def convert(input_path: str, output: str, *, model_config: Optional[str] = None, dtype: Optional[str] = None,
             overwrite: bool = False, tokenizer: Optional[str] = None, to_yaml: bool = False,
             write_config: bool = True, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
@@ -269,7 +282,8 @@ def convert(input_path: str, output: str, *, model_config: Optional[str] = None,
     if os.path.abspath(input_path) == os.path.abspath(output):
         raise ConvertError(f"{output}: output is the input; write to another path")
     to_yaml = to_yaml or output.endswith(YAML_SUFFIXES)
-    config = _resolve_config(input_path, model_config)
+    gguf_model = _open_gguf(input_path, model_config) if input_path.endswith(".gguf") else None
+    config = gguf_model.config if gguf_model else _resolve_config(input_path, model_config)
 
     if to_yaml:
         import yaml
@@ -289,8 +303,12 @@ def convert(input_path: str, output: str, *, model_config: Optional[str] = None,
                            f".yaml output")
     _check_output(output, overwrite)
     from mindrl.models.weights import TensorSource
-    source = TensorSource(input_path)
+    source = gguf_model.source() if gguf_model else TensorSource(input_path)
     plan = _Plan(source, config, dtype)
+    tok_files = {}
+    if gguf_model and not tokenizer and not output.endswith(MS_SUFFIXES):
+        from mindrl.models.gguf_tokenizer import tokenizer_files
+        tok_files = tokenizer_files(gguf_model)  # before anything is written: an unsupported tokenizer is refused
     parent = os.path.dirname(os.path.abspath(output))
     status(f"converting {input_path} -> {output} ...")
 
@@ -321,10 +339,14 @@ def convert(input_path: str, output: str, *, model_config: Optional[str] = None,
             files = write_hf_weights(staged, [plan.entry(n) for n in plan.names], max_shard_bytes)
             tok_src = tokenizer or (input_path if os.path.isdir(input_path) else None)
             copied = copy_tokenizer_files(tok_src, staged) if tok_src else []
+            for fname, text in tok_files.items():
+                write_text(os.path.join(staged, fname), text)
             with open(os.path.join(staged, "config.json"), "w") as fh:
                 json.dump(_hf_config_json(config, plan.dtype), fh, indent=2)
         if copied:
             plan.notes.append(f"copied {', '.join(copied)}")
+        if tok_files:
+            plan.notes.append(f"wrote {', '.join(tok_files)} from the GGUF's tokenizer metadata")
         if len(files) > 1:
             plan.notes.append(f"{len(files) - 1} shards + index")
         kind = "hf"
@@ -353,19 +375,21 @@ def _comparable(doc: dict) -> dict:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mindrl convert",
-        description="Convert weights between a Hugging Face directory and a MindSpore checkpoint. The direction "
-                    "follows the paths: an output ending in .ckpt/.safetensors is a MindSpore checkpoint, an output "
-                    "ending in .yaml is a model yaml (--to-yaml), anything else is an HF directory.",
+        description="Convert weights between a Hugging Face directory and a MindSpore checkpoint, or import a "
+                    "llama.cpp GGUF file. The direction follows the paths: an output ending in .ckpt/.safetensors is "
+                    "a MindSpore checkpoint, an output ending in .yaml is a model yaml (--to-yaml), anything else is "
+                    "an HF directory.",
     )
-    p.add_argument("--input", required=True, help="HF directory, MindSpore .ckpt/.safetensors, or (for --to-yaml) "
-                                                  "a config.json / model yaml")
+    p.add_argument("--input", required=True, help="HF directory, MindSpore .ckpt/.safetensors, a llama.cpp .gguf "
+                                                  "(llama/qwen2/qwen3), or (for --to-yaml) a config.json / model yaml")
     p.add_argument("--output", required=True, help="output path (.ckpt, .safetensors, .yaml or a directory)")
     p.add_argument("--model-config", help="model yaml or config.json (default: the input directory's config.json, "
                                           "or a config.json beside a checkpoint file)")
     p.add_argument("--dtype", choices=list(_CODE), help="dtype of the written tensors (default: keep the source's; "
-                                                        "a .ckpt source is read as float32)")
+                                                        "a .ckpt or .gguf source is written as float32)")
     p.add_argument("--tokenizer", help="directory whose tokenizer files are copied into an HF output "
-                                       "(default: the input directory's, when the input is an HF directory)")
+                                       "(default: the input directory's, when the input is an HF directory; "
+                                       "rebuilt from the metadata of a .gguf input)")
     p.add_argument("--to-yaml", action="store_true", help="write a MindFormers-style model yaml from the config")
     p.add_argument("--no-config", action="store_true",
                    help="with a MindSpore output, do not write config.json beside the checkpoint")

@@ -11,23 +11,31 @@ R = num_heads / n_kv_heads query heads of one KV head are stacked along the sequ
 from __future__ import annotations
 
 import math
-import warnings
+import logging
 
 import numpy as np
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
-from mindrl.models.broadcast import expand, row_mean, row_sum
+from mindrl.models.broadcast import expand, expand_in_bprop, row_mean, row_sum
 from mindrl.models.config import ModelConfig
+from mindrl.parallel.comm import GatherLastAxis
 from mindrl.parallel.layers import SINGLE, ColumnLinear, RowLinear, TPContext, VocabEmbedding
 
 NEG_INF = -1e9  # finite, so a fully masked (padding) query row gives uniform weights, not NaN
 
 
+_SAID = set()
+
+
 def resolve_compute_dtype(config: ModelConfig) -> str:
-    """bf16 MatMul has no CPU kernel: fall back to fp32 with a warning instead of failing mid-compile."""
+    """bf16 MatMul has no CPU kernel: fall back to fp32 with a warning (once per process, a log line without a
+    source line) instead of failing mid-compile."""
     if config.compute_dtype == "bfloat16" and ms.get_context("device_target") == "CPU":
-        warnings.warn("compute_dtype bfloat16 is not supported on CPU (no bf16 MatMul kernel); computing in float32")
+        if "bf16" not in _SAID:
+            _SAID.add("bf16")
+            logging.getLogger("mindrl.models").warning(
+                "compute_dtype bfloat16 is not supported on CPU (no bf16 MatMul kernel); computing in float32")
         return "float32"
     return config.compute_dtype
 
@@ -145,8 +153,8 @@ class _RMSNormFunction(nn.Cell):
     def bprop(self, x, w, out, dout):
         n, r = self._normed(x)
         dy = dout.astype(ms.float32)
-        g = dy * expand(w.astype(ms.float32), dy)
-        dx = r * (g - n * expand(row_mean(g * n), n))
+        g = dy * expand_in_bprop(w.astype(ms.float32), dy)
+        dx = r * (g - n * expand_in_bprop(row_mean(g * n), n))
         rows = (dy * n).reshape(-1, x.shape[-1])
         dw = ops.matmul(ops.ones((1, rows.shape[0]), ms.float32), rows).reshape(w.shape)
         return dx.astype(x.dtype), dw.astype(w.dtype)
@@ -168,7 +176,7 @@ class MaskedSoftmax(nn.Cell):
 
     def bprop(self, scores, mask, out, dout):
         g = dout * out
-        return g - out * expand(row_sum(g), out), ops.zeros_like(mask)
+        return g - out * expand_in_bprop(row_sum(g), out), ops.zeros_like(mask)
 
 
 class Attention(nn.Cell):
@@ -383,7 +391,6 @@ class CausalLM(nn.Cell):
         self.copy = tp.copy_region()
         self.gather_vocab = None
         if tp.size > 1:
-            from mindrl.parallel.comm import GatherLastAxis
             self.gather_vocab = GatherLastAxis(tp.group, tp.rank, tp.size)
 
     def head(self, h, head_t=None):

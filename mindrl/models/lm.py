@@ -6,8 +6,11 @@ from typing import Optional
 
 import numpy as np
 
-from mindrl.models.config import ModelConfig, ModelConfigError, load_model_config
+from mindrl.models.config import ModelConfig, ModelConfigError, gguf_hint, load_model_config
 from mindrl.models.safetensors_io import CheckpointError
+
+# Inside functions: MindSpore and the network modules, so that reading a model config or a checkpoint header
+# (convert, preflight, `mindrl plan`) does not load MindSpore
 
 
 class PretrainedLM:
@@ -95,6 +98,8 @@ def resolve_checkpoint(path: str, model_config: Optional[str] = None):
         if not os.path.exists(os.path.join(path, "config.json")) and model_config is None:
             raise CheckpointError(f"{path}: no config.json in the directory (pass model_config=...)")
         return load_model_config(model_config or path), path
+    if path.endswith(".gguf"):
+        raise CheckpointError(f"{path}: {gguf_hint(path)}")
     if path.endswith((".yaml", ".yml", ".json")):
         return load_model_config(path), None  # config only: random init
     if path.endswith((".ckpt", ".safetensors")):

@@ -155,16 +155,36 @@ def save_safetensors(tensors: Dict[str, np.ndarray], path: str, dtype: Optional[
     write_safetensors(path, [TensorEntry.from_array(n, tensors[n], dtype, path) for n in sorted(tensors)], metadata)
 
 
-def open_hf_checkpoint(directory: str) -> Dict[str, SafetensorsFile]:
-    """Map every tensor name to the SafetensorsFile holding it (single file or sharded index)."""
-    index = os.path.join(directory, "model.safetensors.index.json")
+INDEX = "model.safetensors.index.json"
+
+
+def open_hf_checkpoint(directory: str, listed: Optional[set] = None) -> Dict[str, SafetensorsFile]:
+    """Map every tensor name to the SafetensorsFile holding it (single file or sharded index).
+
+    ``listed``: for the part of a sealed mindrl checkpoint, the names its manifest lists in ``directory``. Only
+    those are read, and a weights file there that it does not list is refused: an index added after sealing would
+    otherwise be preferred over the sealed ``model.safetensors``. An index may name files inside ``directory`` only.
+    """
+    from mindrl.manifest import inside
+    index = os.path.join(directory, INDEX)
     single = os.path.join(directory, "model.safetensors")
+    if listed is not None:
+        added = sorted((n for n in os.listdir(directory) if n.endswith((".safetensors", INDEX)) and n not in listed),
+                       key=lambda n: (n != INDEX, n))  # the index first: it is what a load would have preferred
+        if added:
+            more = f" (and {len(added) - 1} more such file(s))" if len(added) > 1 else ""
+            raise CheckpointError(f"{os.path.join(directory, added[0])}: not listed in the checkpoint's manifest{more}: "
+                                  f"added after the checkpoint was sealed, so it is not read; remove it")
     if os.path.exists(index):
         try:
             with open(index) as fh:
                 weight_map = json.load(fh)["weight_map"]
         except (json.JSONDecodeError, KeyError) as err:
             raise CheckpointError(f"{index}: corrupt index ({err})") from None
+        for f in sorted(set(weight_map.values())):
+            if not inside(f) or (listed is not None and f not in listed):
+                raise CheckpointError(f"{index}: weight_map names {f!r}, which is not " + (
+                    "a file inside its directory" if not inside(f) else "listed in the checkpoint's manifest"))
         files = {f: SafetensorsFile(os.path.join(directory, f)) for f in sorted(set(weight_map.values()))}
         out = {}
         for name, fname in weight_map.items():

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
-import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from mindrl.models.broadcast import expand, row_sum
+from mindrl.models.broadcast import expand, expand_in_bprop, row_sum
+from mindrl.parallel.comm import GatherLastAxis
 
 
 class TokenStats(nn.Cell):
@@ -34,11 +34,12 @@ class TokenStats(nn.Cell):
         return (picked - lse).squeeze(-1), (lse - mean_z).squeeze(-1)
 
     def bprop(self, logits, targets, out, dout):
-        d_logp = expand(ops.expand_dims(dout[0], -1), logits)
-        d_ent = expand(ops.expand_dims(dout[1], -1), logits)
+        d_logp = expand_in_bprop(ops.expand_dims(dout[0], -1), logits)
+        d_ent = expand_in_bprop(ops.expand_dims(dout[1], -1), logits)
         p, _, mean_z = self._stats(logits)
         onehot = ops.one_hot(targets, logits.shape[-1], ops.ones((), logits.dtype), ops.zeros((), logits.dtype))
-        return onehot * d_logp - p * (d_logp + d_ent * (logits - expand(mean_z, logits))), ops.zeros_like(targets)
+        return onehot * d_logp - p * (d_logp + d_ent * (logits - expand_in_bprop(mean_z, logits))), \
+            ops.zeros_like(targets)
 
 
 class LogProbCell(nn.Cell):
@@ -98,7 +99,6 @@ class LogProbsAndEntropy(nn.Cell):
         self.reduce = tp.reduce_region()
         self.gather = None
         if tp.size > 1:
-            from mindrl.parallel.comm import GatherLastAxis
             self.gather = GatherLastAxis(tp.group, tp.rank, tp.size)
 
     def construct(self, logits, targets):

@@ -6,7 +6,6 @@ take this rank's tensor-parallel slice, cast. Tied models have no ``lm_head.weig
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Callable, Dict, Optional
@@ -15,6 +14,9 @@ import numpy as np
 
 from mindrl.io import write_json
 from mindrl.models.safetensors_io import CheckpointError, SafetensorsFile, open_hf_checkpoint, save_sharded
+
+# Inside functions: MindSpore (only the loaders and .ckpt writers need it; convert and preflight read
+# safetensors without it), the tokenizer copy and the layout helpers (parallel/, which import the layers)
 
 # MindFormers / MindRLHF llama-style names -> HF names, so their .ckpt files load too.
 _MINDFORMERS_RENAMES = [
@@ -46,8 +48,9 @@ def iter_dir(root: str, step: int) -> str:
     return os.path.join(root, f"iter_{step:07d}")
 
 
-def resolve(load: str) -> str:
-    """A checkpoint directory from ``load``: a save root (uses the tracker) or an ``iter_*`` directory."""
+def resolve(load: str, key: str = "actor_config.load") -> str:
+    """A checkpoint directory from ``load``: a save root (uses the tracker) or an ``iter_*`` directory. ``key``: the
+    config key that names ``load``, for the advice when a save root has lost its tracker."""
     if not os.path.exists(load):
         raise CheckpointError(f"{load}: checkpoint directory not found")
     tracker = os.path.join(load, TRACKER)
@@ -57,7 +60,29 @@ def resolve(load: str) -> str:
         if not text.isdigit():
             raise CheckpointError(f"{tracker}: expected an iteration number, found {text!r}")
         return iter_dir(load, int(text))
+    if checkpoint_steps(load) and not os.path.exists(os.path.join(load, TRAINER_STATE)):
+        # a save root without its tracker is no model directory: name the checkpoints that can still be loaded
+        intact = [d for d in (iter_dir(load, step) for step in checkpoint_steps(load)) if is_intact(d)]
+        raise CheckpointError(
+            f"{load}: no {TRACKER} (the pointer to its newest complete checkpoint is missing); intact checkpoints: "
+            + (f"{', '.join(os.path.basename(d) for d in intact)}; load one by its own directory, e.g. "
+               f"{key}={intact[0]} (the newest)" if intact else "none"))
     return load
+
+
+def checkpoint_steps(root: str, below: Optional[int] = None) -> list:
+    """The steps of the ``iter_*`` directories in ``root`` (those below ``below``), newest first."""
+    return sorted((int(d[5:]) for d in os.listdir(root) if d.startswith("iter_") and d[5:].isdigit()
+                   and (below is None or int(d[5:]) < below)), reverse=True) if os.path.isdir(root) else []
+
+
+def is_intact(directory: str) -> bool:
+    from mindrl.manifest import DamagedFile, verify_manifest
+    try:
+        verify_manifest(directory)
+        return True
+    except DamagedFile:
+        return False
 
 
 def is_training_checkpoint(directory: str) -> bool:
@@ -76,19 +101,34 @@ def role_dir(directory: str, role: str) -> str:
     raise CheckpointError(f"{directory}: the checkpoint holds no {role} (no {role}/ subdirectory)")
 
 
-def weights_path(load: str, role: str = "policy", verify: bool = False) -> str:
+def weights_path(load: str, role: str = "policy", verify: bool = False, key: str = "actor_config.load") -> str:
     """The weights to load for ``role`` from ``load``: an HF directory or a weights file as given, or the
     role's directory inside a mindrl checkpoint (a save root or an ``iter_*`` directory). With ``verify``, the
     files of that role's weights are checked against the checkpoint's manifest first (:func:`verify_checkpoint`)."""
     if os.path.isfile(load):
         return load
-    directory = resolve(load)
+    directory = resolve(load, key)
     if is_training_checkpoint(directory):
         part = role_dir(directory, role)
         if verify:
-            verify_checkpoint(directory, weight_files(directory, part))
+            sealed_names(part)
         return part
     return directory
+
+
+def sealed_names(part: str) -> Optional[set]:
+    """When ``part`` is a role's directory in a sealed mindrl checkpoint (or an older checkpoint's root): check its
+    weight files against the manifest and return the names the manifest lists directly in it, the only files a
+    load may read there. None for any other directory (an HF model directory)."""
+    from mindrl.manifest import MANIFEST, read_manifest
+    part = os.path.normpath(part)
+    for directory in (part, os.path.dirname(part)):
+        if os.path.isfile(os.path.join(directory, MANIFEST)) and is_training_checkpoint(directory):
+            verify_checkpoint(directory, weight_files(directory, part))
+            prefix = "" if directory == part else os.path.basename(part) + "/"
+            return {rel[len(prefix):] for rel in read_manifest(directory)["files"]
+                    if rel.startswith(prefix) and "/" not in rel[len(prefix):]}
+    return None
 
 
 # files directly in a role's part that only resuming reads
@@ -110,12 +150,14 @@ def verify_checkpoint(directory: str, select=None) -> None:
     """Check ``directory``'s files against its manifest (sizes and checksums). A damaged checkpoint is never
     used in place of another: the error names the damaged file and offers, by name, the newest older
     checkpoint of the same save directory that is intact."""
-    from mindrl.io import DamagedFile, verify_manifest
+    from mindrl.manifest import DamagedFile, ManifestFormat, verify_manifest
     from mindrl.parallel.topology import launch_topology
     if launch_topology().scheduler:
         return  # msrun's scheduler process stops at init(): the workers check before they read
     try:
         verify_manifest(directory, select)
+    except ManifestFormat as err:  # not damage: its message says what to do
+        raise CheckpointError(str(err)) from None
     except DamagedFile as err:
         older = intact_before(directory)
         offer = (f"; the newest intact checkpoint before it is {older}: load that one (e.g. actor_config.load={older})"
@@ -125,19 +167,18 @@ def verify_checkpoint(directory: str, select=None) -> None:
 
 def intact_before(directory: str) -> Optional[str]:
     """The newest ``iter_*`` sibling older than ``directory`` whose every file matches its manifest, or None."""
-    from mindrl.io import DamagedFile, verify_manifest
     root, name = os.path.split(os.path.abspath(directory))
     if not name.startswith("iter_") or not name[5:].isdigit():
         return None
-    steps = sorted((int(d[5:]) for d in os.listdir(root) if d.startswith("iter_") and d[5:].isdigit()
-                    and int(d[5:]) < int(name[5:])), reverse=True)
-    for step in steps:
-        try:
-            verify_manifest(iter_dir(root, step))
-            return iter_dir(root, step)
-        except DamagedFile:
-            continue
-    return None
+    return newest_intact(root, int(name[5:]) - 1)
+
+
+def newest_intact(root: str, at_most: Optional[int] = None) -> Optional[str]:
+    """The newest ``iter_*`` directory of save root ``root`` (at step ``at_most`` or before) whose every file matches
+    its manifest, or None."""
+    below = None if at_most is None else at_most + 1
+    return next((iter_dir(root, step) for step in checkpoint_steps(root, below) if is_intact(iter_dir(root, step))),
+                None)
 
 
 
@@ -156,8 +197,8 @@ class TensorSource:
         self._shape: Dict[str, tuple] = {}
         self.extras: Dict[str, np.ndarray] = {}
         if os.path.isdir(path):
-            path = self.path = weights_path(path, verify=True)  # a mindrl training checkpoint: its policy
-            for name, f in open_hf_checkpoint(path).items():
+            path = self.path = weights_path(path)  # a mindrl training checkpoint: its policy
+            for name, f in open_hf_checkpoint(path, sealed_names(path)).items():  # a sealed one: listed files only
                 self._add(name, f)
         elif path.endswith(".safetensors"):
             f = SafetensorsFile(path)

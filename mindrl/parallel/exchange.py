@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mindrl.parallel.state import Layout
+from mindrl.parallel.comm import AllReduceSum, WorldAllGather
+from mindrl.parallel.state import Layout, world_group
 
 
 class Exchange:
@@ -22,7 +23,6 @@ class Exchange:
         if self.world == 1:
             return x[None].astype(np.float32)
         from mindspore import Tensor
-        from mindrl.parallel.comm import WorldAllGather
         if self._gather is None:
             self._gather = WorldAllGather()
         return self._gather(Tensor(np.ascontiguousarray(x, np.float32))).asnumpy()
@@ -32,8 +32,6 @@ class Exchange:
         if self.world == 1:
             return np.asarray(x, np.float32)
         from mindspore import Tensor
-        from mindrl.parallel.comm import AllReduceSum
-        from mindrl.parallel.state import world_group
         if self._sum is None:
             self._sum = AllReduceSum(world_group())
         return self._sum(Tensor(np.ascontiguousarray(x, np.float32))).asnumpy()

@@ -21,6 +21,7 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
 from mindrl.models.broadcast import expand
+from mindrl.parallel.comm import CopyToTP, ReduceFromTP
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,12 @@ class TPContext:
         """Forward all-reduce / backward identity over the group; None at tp=1 (no collective built)."""
         if self.size == 1:
             return None
-        from mindrl.parallel.comm import ReduceFromTP
         return ReduceFromTP(self.group)
 
     def copy_region(self):
         """Forward identity / backward all-reduce; None at tp=1."""
         if self.size == 1:
             return None
-        from mindrl.parallel.comm import CopyToTP
         return CopyToTP(self.group)
 
 

@@ -9,7 +9,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from mindrl.parallel.layers import ColumnLinear, RowLinear, VocabEmbedding
+from mindrl.parallel.layers import ColumnLinear, RowLinear, SINGLE, VocabEmbedding, _Linear
 
 
 def split_axes(net) -> Dict[str, Optional[int]]:
@@ -32,7 +32,6 @@ def split_axes(net) -> Dict[str, Optional[int]]:
 
 def transposed_names(net) -> set:
     """Parameters whose stored tensor is the transpose of the external (HF) one."""
-    from mindrl.parallel.layers import _Linear
     out = set()
     for prefix, cell in net.cells_and_names():
         if isinstance(cell, _Linear) and getattr(cell, "transposed", False):
@@ -64,7 +63,6 @@ def tp_of(net):
         tp = getattr(cell, "tp", None)
         if tp is not None:
             return tp
-    from mindrl.parallel.layers import SINGLE
     return SINGLE
 
 

@@ -10,13 +10,14 @@ Each infer Parameter is written with ``ops.assign``, which keeps its storage.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional
 
 import mindspore as ms
 from mindspore import nn, ops
 
 from mindrl.parallel.comm import GatherAxis
 from mindrl.parallel.layout import split_axes
+from mindrl.parallel.state import _STATE
 
 
 def _slice(x, axis, size, rank):
@@ -131,7 +132,6 @@ class Resharder:
                     self.bytes_moved += src.size * 4 * (train_tp.size - 1)
             params.append((src, dst))
             plan.append((g, ia, infer_tp.size if ia is not None else 1, infer_tp.rank))
-        from mindrl.parallel.state import _STATE
         fused = None
         if g_shapes:
             fused = _FusedGather(train_tp.group, train_tp.rank, train_tp.size, g_shapes, g_axes,

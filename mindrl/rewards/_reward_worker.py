@@ -14,6 +14,9 @@ function, e.g. a built-in verifier), attaches to the shared ``Board`` (``fd``, i
 Before call ``i`` it writes the time to ``board.starts[i]``, after it the value to ``board.values[i]``: the trainer
 times each call from its start and kills this process (its whole process group) when one overruns. ``stop``: end
 the request at the first failure. Anything the reward functions print goes to stderr.
+
+Processes a call starts do not outlive it: this worker is a child subreaper, and after a call that started one
+(an audit event says so), and after every request, it kills and reaps all its descendants (``proctree``).
 """
 import json
 import os
@@ -22,12 +25,26 @@ import threading
 import time
 
 
+# the audit events of starting a process (os.exec* replaces this one): a call that raised one is cleaned up after
+_SPAWN_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen"})
+_spawned = [False]
+
+
+def _note_spawns(event, _args):
+    if event in _SPAWN_EVENTS:
+        _spawned[0] = True
+
+
 def _exit_with_parent(parent):
     """End this process once the trainer is gone, even while a reward call hangs (it would be an orphan)."""
     while True:
         time.sleep(1.0)
         if os.getppid() != parent:
-            os._exit(1)
+            try:  # what the calls started goes too
+                from mindrl.rewards.proctree import clean_up_after_calls
+                clean_up_after_calls()
+            finally:
+                os._exit(1)
 
 
 def main():
@@ -39,6 +56,11 @@ def main():
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     try:
         from mindrl.rewards.containment import Board, call_reward, load_targets
+        from mindrl.rewards.proctree import become_subreaper, clean_up_after_calls
+
+        # orphans of what the reward functions start come to this process, which kills them after each call
+        become_subreaper()
+        sys.addaudithook(_note_spawns)
 
         fns = load_targets(init["targets"])
         board = Board(init["board"])
@@ -57,6 +79,9 @@ def main():
         for i, (response, label) in enumerate(req["items"]):
             starts[i] = time.monotonic_ns()
             value, why = call_reward(fn, response, label, pairs)
+            if _spawned[0]:
+                _spawned[0] = False
+                clean_up_after_calls()
             if why is None and not isinstance(value, tuple):
                 values[i] = value
                 continue
@@ -65,6 +90,7 @@ def main():
             out.flush()
             if why and stop:
                 break
+        clean_up_after_calls()  # also what C code started, which raises no audit event
         out.write(json.dumps({"id": rid, "done": len(req["items"])}) + "\n")
         out.flush()
     return 0

@@ -1,16 +1,13 @@
-"""Weighted sum of verifiers over a batch, plus loading user reward functions from a file."""
-import importlib
-import importlib.util
+"""Weighted sum of verifiers over a batch (each call contained: containment.py)."""
 import logging
 import math
-import os
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .containment import Failure, RewardPool, ThreadCaller, importable_path
-from .verifiers import VERIFIERS, get_verifier, is_builtin, register_reward, unknown_verifier_message, verify_prepared
+from .custom import load_custom_reward_file, register_reward_funcs, registered_from
+from .verifiers import get_verifier, is_builtin, verify_prepared
 from .workers import WorkerStartError
 
 log = logging.getLogger("mindrl.rewards")
@@ -25,7 +22,7 @@ class RewardError(RuntimeError):
 class RewardOutput:
     """``scores``: weighted sum per sample (float32 [N]); ``per_verifier``: each verifier's own,
     unweighted scores, keyed by the name used in ``verifier_function``; ``math_timeouts``: math checks
-    cut by the timeout in this batch (math_acc scored them 0, its verdict, not a failure);
+    cut by the timeout in this batch (the verifier scored them 0, its verdict, not a failure);
     ``failures``: calls that failed and were scored ``reward_fallback``, ``timeouts`` the part of them that
     overran the timeout; ``failed``: the first few failures (``containment.Failure``)."""
 
@@ -51,79 +48,6 @@ class RewardOutput:
         return out
 
 
-def _import_file(path):
-    """Execute a Python file as a fresh module (its ``register_reward`` calls take effect)."""
-    path = os.path.abspath(os.path.expanduser(path))
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"custom_reward_file: no such file {path}")
-    name = "mindrl_custom_reward_" + os.path.splitext(os.path.basename(path))[0]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # lets dataclasses/pickle inside the file find their module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _split_spec(s):
-    """``(target, func)`` of a ``custom_reward_file`` entry (``func`` empty for a plain file)."""
-    return s.rpartition(":")[::2] if ":" in s else (s, "")
-
-
-def _is_file_target(target):
-    return target.endswith(".py") or os.path.sep in target
-
-
-# name -> (the custom_reward_file entry that registered it, with an absolute path; the function): what a
-# reward worker loads to get the same function
-_SOURCES = {}
-
-
-def load_custom_reward_file(spec):
-    """Load user reward functions. ``spec`` is one string or a list of them, each either
-
-    - ``path/to/file.py``: the file registers its functions with ``@register_reward("name")``;
-    - ``path/to/file.py:func`` or ``package.module:func``: ``func`` is registered as ``"func"``.
-
-    Returns the names registered by this call.
-    """
-    specs = [spec] if isinstance(spec, str) else list(spec or [])
-    added = []
-    for s in specs:
-        before = dict(VERIFIERS)
-        target, func = _split_spec(s)
-        if _is_file_target(target):
-            module = _import_file(target)
-            source = os.path.abspath(os.path.expanduser(target)) + (f":{func}" if func else "")
-        else:
-            module = importlib.import_module(target)
-            source = s
-        if func:
-            fn = getattr(module, func, None)
-            if not callable(fn):
-                raise ValueError(f"custom_reward_file {s!r}: {target} has no function {func!r}")
-            register_reward(func)(fn)
-        new = [k for k, v in VERIFIERS.items() if before.get(k) is not v]
-        _SOURCES.update({k: (source, VERIFIERS[k]) for k in new})
-        added += new
-    return added
-
-
-def check_verifier_names(names, custom_reward_file=None):
-    """``[(name, why)]`` for each entry of ``names`` that is not a verifier, before anything is built.
-
-    Known: the registry (built-ins, their aliases, anything registered in this process), the ``func`` of
-    each ``file.py:func`` / ``module:func`` entry of ``custom_reward_file`` (without importing it), and the
-    names a plain ``file.py`` entry registers (the file is executed for that, as the trainer will).
-    Raises what loading a plain file raises.
-    """
-    specs = [custom_reward_file] if isinstance(custom_reward_file, str) else list(custom_reward_file or [])
-    known = set(VERIFIERS)
-    for s in specs:
-        func = _split_spec(s)[1]
-        known |= {func} if func else set(load_custom_reward_file(s))
-    return [(n, unknown_verifier_message(n, known)) for n in names if n not in known]
-
-
 class RewardComputer:
     """Scores a batch with ``sum_i verifier_weight[i] * verifier_function[i](response, label)`` (0 for every
     sample when no verifier is named: a run scored by a reward model alone).
@@ -134,7 +58,7 @@ class RewardComputer:
     has ``timeout`` seconds, and every value must be a finite real number. A call that raises, overruns or returns
     anything else scores ``fallback``; with ``fallback=None`` the batch stops with a ``RewardError`` naming the
     function, the sample and what went wrong. The calls run in a private ``RewardPool`` (``reward_workers``
-    processes), math-verify's checks for ``math_acc`` and ``base_acc`` in a private ``MathVerifyPool``
+    processes), math-verify's checks (``math_acc``, ``acc``, ``math_17k_acc``, ...) in a private ``MathVerifyPool``
     (``math_workers`` processes; a check cut by the timeout scores 0); both start on first use or by ``start()``
     (``spawn()``: without waiting).
     """
@@ -169,7 +93,7 @@ class RewardComputer:
         self.math_workers = int(math_workers)
         self.placement = {n: self._place(n, fn) for n, fn in zip(names, self.fns)}
         targets = {n: p[1] for n, p in self.placement.items() if p[0] == "worker"}
-        self._math = any(t.get("pairs") for t in targets.values())  # math_acc or base_acc: math-verify checks
+        self._math = any(t.get("pairs") for t in targets.values())  # a verifier with math-verify checks
         self._pool = None
         self._rewards = RewardPool(targets, timeout=self.timeout, num_workers=reward_workers) if targets else None
         self._threads = ThreadCaller(self.timeout)
@@ -182,9 +106,9 @@ class RewardComputer:
             attr = importable_path(prepare or fn)
             if attr:
                 return ("worker", {"attr": attr, "pairs": True} if prepare else {"attr": attr})
-        source = _SOURCES.get(name)
-        if source is not None and source[1] is fn:
-            return ("worker", {"spec": source[0]})
+        spec = registered_from(name, fn)
+        if spec is not None:
+            return ("worker", {"spec": spec})
         attr = importable_path(fn)
         return ("worker", {"attr": attr}) if attr else ("thread",)
 
@@ -274,15 +198,13 @@ def _log_failures(failed, n, fallback):
                     "First: %s", name, len(fs), n, sum(f.timeout for f in fs), fallback, fs[0].message())
 
 
-def build_reward_computer(rl, reward_funcs=None) -> RewardComputer:
-    """The run's rule rewards from ``rl_config`` (verifier_function, verifier_weight, custom_reward_file,
-    verifier_timeout, reward_fallback). ``reward_funcs``: Python callables ``f(response, label) -> float``
-    registered under their ``__name__`` first, so ``verifier_function`` can name them (the Python API's way
-    in; ``load_train_config`` checks the names, so register them before loading the config:
-    ``register_reward(name)(f)``)."""
-    for fn in reward_funcs or ():
-        register_reward(getattr(fn, "__name__", None) or repr(fn))(fn)
-    rc = RewardComputer(rl.verifier_function, rl.verifier_weight, rl.custom_reward_file,
-                        timeout=rl.verifier_timeout, fallback=rl.reward_fallback)
+def build_reward_computer(plan, reward_funcs=None) -> RewardComputer:
+    """The run's rule rewards from its reward plan (config/plan.py: verifiers and weights, custom_reward_file,
+    timeout, fallback). ``reward_funcs``: Python callables ``f(response, label) -> float`` registered first under
+    their names (rewards/custom.py: reward_func_name), so ``verifier_function`` can name them (the
+    Python API's way in; the config check needs them registered before it loads: mindrl.load_config does so)."""
+    register_reward_funcs(reward_funcs)
+    names, weights = [n for n, _ in plan.verifiers], [w for _, w in plan.verifiers]
+    rc = RewardComputer(names, weights, plan.custom_reward_file, timeout=plan.timeout, fallback=plan.fallback)
     rc.spawn()  # the workers load while the models build, so the first step does not wait for them
     return rc

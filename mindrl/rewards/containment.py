@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .custom import load_custom_reward_file
+from .verifiers import VERIFIERS
 from .workers import WorkerProcess, WorkerStartError, kill_all
 
 _WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reward_worker.py")
@@ -122,9 +124,6 @@ def importable_path(fn):
 def load_targets(targets):
     """``{name: (function, pairs)}`` for a worker's ``targets`` (``{name: {"spec": ...} | {"attr": "module:qualname",
     "pairs": bool}}``)."""
-    from .computer import load_custom_reward_file
-    from .verifiers import VERIFIERS
-
     for spec in dict.fromkeys(t["spec"] for t in targets.values() if "spec" in t):
         load_custom_reward_file(spec)
     fns = {}

@@ -30,6 +30,10 @@ class MathVerifyPool:
     An item that overruns is answered False, its worker is killed and replaced, and ``timeouts``
     is incremented (log it: a steady count means answers that are pathological or a timeout that
     is too small). Workers start on first use and live until ``close()`` or interpreter exit.
+    ``verify_batch_detail`` answers None instead of False for an item that was cut (overran, or its worker died),
+    for verifiers that score a cut check differently from a wrong answer. An item may carry a third element, a dict
+    of request options for the worker (``gold_cfg``/``pred_cfg``: math-verify's extraction targets, see
+    ``_math_worker.py``).
     """
 
     def __init__(self, num_workers=1, timeout=5.0, startup_timeout=120.0):
@@ -64,11 +68,15 @@ class MathVerifyPool:
             kill_all(self._workers)
 
     def verify_batch(self, pairs):
+        return [bool(ok) for ok in self.verify_batch_detail(pairs)]
+
+    def verify_batch_detail(self, pairs):
+        """``[True | False | None]``: None for an item cut by the timeout or by its worker's death."""
         with self._lock:
             return self._run(list(pairs))
 
     def _run(self, pairs):
-        results = [False] * len(pairs)
+        results = [None] * len(pairs)
         if not pairs:
             return results
         self._ensure()
@@ -79,9 +87,12 @@ class MathVerifyPool:
                 if w not in busy and pending:
                     i = pending.popleft()
                     self._next_id += 1
-                    gold, pred = pairs[i]
+                    gold, pred, *opts = pairs[i]
+                    req = {"id": self._next_id, "gold": gold, "pred": pred, "t": self.inner_timeout}
+                    for extra in opts:
+                        req.update({k: v for k, v in extra.items() if k not in req})
                     try:
-                        w.send({"id": self._next_id, "gold": gold, "pred": pred, "t": self.inner_timeout})
+                        w.send(req)
                     except (BrokenPipeError, OSError):
                         pending.appendleft(i)  # dead worker: replace it and retry the item
                         self._replace(w)
@@ -103,7 +114,7 @@ class MathVerifyPool:
                         results[i] = bool(msg.get("ok"))
                         del busy[w]
                     msg = w.pop_line()
-                if not alive and w in busy:  # crashed mid-item: count it as wrong, not as a hang
+                if not alive and w in busy:  # crashed mid-item: cut (None), counted as an error, not as a hang
                     self.errors += 1
                     del busy[w]
                     self._replace(w)

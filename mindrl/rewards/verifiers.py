@@ -1,22 +1,23 @@
 """Rule-based verifiers: ``fn(response_text, label) -> float``, chosen by name from a registry.
 
-Built-in names (``verifier_function`` in the config):
+mindrl's own names (``verifier_function`` in the config):
 
-- ``math_acc`` (aliases ``acc``, ``math_17k_acc``, ``deepscaler_acc``): 1.0 when the final answer
-  is mathematically equivalent to the label (math-verify), with a hard per-sample timeout.
-- ``format``: ``<think>...</think>`` followed by ``<answer>...</answer>`` or by a plain final answer.
-- ``strict_format``: exactly ``<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>``.
+- ``math_acc`` (alias ``deepscaler_acc``): 1.0 when the final answer is mathematically equivalent to the label
+  (math-verify), with a hard per-sample timeout.
+- ``r1_format``: ``<think>...</think>`` followed by ``<answer>...</answer>`` or by a plain final answer.
+- ``r1_strict_format``: exactly ``<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>``.
 - ``last_number``: the last number in the response equals the label's number exactly.
+
+MindSpeed-RL's names (``acc``, ``math_17k_acc``, ``acc_for_ppo``, ``base_acc``, ``math_verify_reward``,
+``acc_for_dapo``, ``format``, ``strict_format``, ``step``) score as MindSpeed-RL's functions of those names do:
+``mindspeed_verifiers.py``, registered when the ``mindrl.rewards`` package is imported (as it is before any of
+its modules).
 
 Every verifier, built-in or user's, is called one sample at a time in a reward worker process under
 ``verifier_timeout`` (``containment.py``). A built-in that needs math-verify carries ``prepare(response, label)``:
 the sample's text work, run in the reward worker like any call, returning the verdict (a float) when the text
-decides it, else a ``(gold, pred)`` pair that ``RewardComputer`` hands to its ``MathVerifyPool``.
-
-MindSpeed-RL's names: ``acc`` and ``math_17k_acc`` are aliases of ``math_acc``; ``format`` and
-``strict_format`` are mindrl's own checks of the same name (docs/rewards.md lists the differences);
-``base_acc`` (the answer is right *and* the response has exactly the R1 layout) and ``step`` (step-by-step
-markers) score as MindSpeed-RL's functions of those names do.
+decides it, else a ``(gold, pred)`` pair that ``RewardComputer`` hands to its ``MathVerifyPool``
+(``verify_prepared``).
 """
 import re
 from decimal import Decimal, InvalidOperation
@@ -44,10 +45,9 @@ def register_reward(name, aliases=(), _builtin=False):
     return deco
 
 
-# other frameworks' verifier names with no equivalent here: why, and what to use instead
-NOT_PROVIDED = {
-    "acc_for_ppo": "is MindSpeed-RL's PPO variant of its acc; use math_acc (alias acc)",
-}
+# other frameworks' verifier names with no equivalent here: name -> why, and what to use instead (each of
+# MindSpeed-RL's names is provided now, so none is refused)
+NOT_PROVIDED = {}
 
 
 def valid_verifier_names():
@@ -160,14 +160,30 @@ def math_prepare(response, label):
 
 
 def verify_prepared(prepared, pool=None):
-    """Floats for ``prepare`` results: verdicts as they are, pairs checked by ``pool`` (a ``MathVerifyPool``)."""
+    """Floats for ``prepare`` results: verdicts as they are, ``(gold, pred)`` pairs checked by ``pool`` (a
+    ``MathVerifyPool``): 1.0 when equivalent, else 0.0. ``gold`` may instead be a dict ``{"gold": spellings,
+    "scores": [right, wrong, cut], "gold_cfg": [...], "pred_cfg": [...]}`` (all but ``gold`` optional): the values
+    for an equivalent answer, a different one and a check cut by the timeout (default 1, 0, 0), and math-verify's
+    extraction targets for each side (``_math_worker.py``). A pair stays a JSON-able 2-tuple: that is what a reward
+    worker can send back."""
     from .math_pool import default_pool
 
     out = list(prepared)
     todo = [i for i, p in enumerate(out) if isinstance(p, tuple)]
-    if todo:
-        for i, ok in zip(todo, (pool or default_pool()).verify_batch([out[i] for i in todo])):
-            out[i] = 1.0 if ok else 0.0
+    if not todo:
+        return out
+    items, scores = [], []
+    for i in todo:
+        gold, pred = out[i]
+        if isinstance(gold, dict):
+            opts = {k: gold[k] for k in ("gold_cfg", "pred_cfg") if k in gold}
+            items.append((gold["gold"], pred, opts) if opts else (gold["gold"], pred))
+            scores.append(tuple(gold.get("scores", (1.0, 0.0, 0.0))))
+        else:
+            items.append((gold, pred))
+            scores.append((1.0, 0.0, 0.0))
+    for i, ok, (right, wrong, cut) in zip(todo, (pool or default_pool()).verify_batch_detail(items), scores):
+        out[i] = right if ok else cut if ok is None else wrong
     return out
 
 
@@ -176,7 +192,7 @@ def math_score_batch(responses, labels, pool=None):
     return verify_prepared([math_prepare(r, lab) for r, lab in zip(responses, labels)], pool)
 
 
-@register_reward("math_acc", aliases=("acc", "math_17k_acc", "deepscaler_acc"), _builtin=True)
+@register_reward("math_acc", aliases=("deepscaler_acc",), _builtin=True)
 def math_acc(response, label):
     """1.0 if the final answer is equivalent to ``label`` (math-verify: ``\\frac12`` == ``0.5``)."""
     return math_score_batch([response], [label])[0]
@@ -193,8 +209,8 @@ def _only_once(text, tag):
     return text.count(f"<{tag}>") == 1 and text.count(f"</{tag}>") == 1
 
 
-@register_reward("format", _builtin=True)
-def format_reward(response, label=None):
+@register_reward("r1_format", _builtin=True)
+def r1_format_reward(response, label=None):
     """1.0 for ``<think>...</think>`` then either ``<answer>...</answer>`` (non-empty, nothing
     after it) or, R1 style, non-empty plain text; only whitespace around. Tags must not repeat."""
     text = response.strip()
@@ -214,8 +230,8 @@ def format_reward(response, label=None):
 _STRICT = re.compile(r"<think>\n(.+?)\n</think>\n<answer>\n(.+?)\n</answer>", re.S)
 
 
-@register_reward("strict_format", _builtin=True)
-def strict_format_reward(response, label=None):
+@register_reward("r1_strict_format", _builtin=True)
+def r1_strict_format_reward(response, label=None):
     """1.0 only for exactly ``<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>`` (outer
     whitespace ignored), each tag once."""
     text = response.strip()
@@ -252,7 +268,7 @@ def last_number_reward(response, label):
 
 
 # ---------------------------------------------------------------------------------------------
-# MindSpeed-RL's base_acc and step
+# MindSpeed-RL's layout scans (strict_format's; mindspeed_verifiers.py)
 
 def first_boxes(text, limit=2):
     """Starts of the first ``limit`` matches that ``re.findall`` finds for ``\\\\boxed\\{.*?\\}``: a ``\\boxed{``
@@ -279,9 +295,9 @@ def first_boxes(text, limit=2):
 
 
 def r1_layout(response):
-    """MindSpeed-RL's structure check: ``<think>``, ``</think>``, ``<answer>``, one ``\\boxed{...}`` and
-    ``</answer>`` exactly once each and in that order, the response starting with ``<think>`` and ending with
-    ``</answer>``."""
+    """MindSpeed-RL's structure check (its ``_validate_response_structure``, ``strict_format``'s): ``<think>``,
+    ``</think>``, ``<answer>``, one ``\\boxed{...}`` and ``</answer>`` exactly once each and in that order, the
+    response starting with ``<think>`` and ending with ``</answer>``."""
     marks = [response.find(t) if response.count(t) == 1 else -1
              for t in ("<think>", "</think>", "<answer>")]
     boxes = first_boxes(response)
@@ -289,33 +305,4 @@ def r1_layout(response):
     marks.append(response.find("</answer>") if response.count("</answer>") == 1 else -1)
     return (min(marks) >= 0 and marks == sorted(marks) and response.startswith("<think>")
             and response.endswith("</answer>"))
-
-
-def base_acc_prepare(response, label):
-    """``base_acc``'s text work: 0.0 without the layout, else as ``math_prepare``."""
-    return math_prepare(response, label) if r1_layout(response) else 0.0
-
-
-def base_acc_score_batch(responses, labels, pool=None):
-    """``base_acc`` for a batch in this process: math_acc's verdict where the layout holds, else 0."""
-    return verify_prepared([base_acc_prepare(r, lab) for r, lab in zip(responses, labels)], pool)
-
-
-@register_reward("base_acc", _builtin=True)
-def base_acc(response, label):
-    """1.0 when the answer is right (as math_acc) and the response has exactly the R1 layout (``r1_layout``),
-    else 0.0: MindSpeed-RL's ``base_acc``."""
-    return base_acc_score_batch([response], [label])[0]
-
-
-base_acc.prepare = base_acc_prepare
-
-_STEP_MARKERS = re.compile(r"(Step \d+:|^\d+\.|\n-|\n\*|First,|Second,|Next,|Finally,)")
-
-
-@register_reward("step", _builtin=True)
-def reasoning_steps(response, label=None):
-    """min(1, n / 3) for n step markers ("Step 1:", a line starting "2.", "- " or "* " bullets, First/Second/Next/
-    Finally): MindSpeed-RL's ``step``."""
-    return min(1.0, len(_STEP_MARKERS.findall(response)) / 3.0)
 

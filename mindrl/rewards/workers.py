@@ -16,6 +16,9 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+
+from .proctree import TAG_VAR, kill_tree
 
 
 class WorkerStartError(RuntimeError):
@@ -25,8 +28,10 @@ class WorkerStartError(RuntimeError):
 class WorkerProcess:
     """``argv`` run with ``sys.executable``; waits up to ``startup_timeout`` s for the ready line.
 
-    ``own_group``: the worker leads a new process group (session), and ``kill()`` kills the whole group, so
-    processes a user's reward function started die with it. ``what`` names the worker in errors.
+    ``own_group``: the worker leads a new process group (session), carries a tag of its own in its environment
+    (``proctree``), and ``kill()`` kills the whole group and every process that descends from the worker or carries
+    its tag, so processes a user's reward function started die with it, in whatever session they are. ``what``
+    names the worker in errors.
     """
 
     def __init__(self, argv, startup_timeout, what, env=None, stderr=subprocess.DEVNULL, own_group=False,
@@ -34,6 +39,9 @@ class WorkerProcess:
         full_env = dict(os.environ, **(env or {}))
         full_env.setdefault("OMP_NUM_THREADS", "1")
         self.own_group = own_group
+        self.tag = uuid.uuid4().hex if own_group else None
+        if self.tag:
+            full_env[TAG_VAR] = self.tag
         self.proc = subprocess.Popen(
             [sys.executable, "-u", *argv],
             stdin=subprocess.PIPE,
@@ -100,6 +108,8 @@ class WorkerProcess:
         return f"exited with signal {-code}" if code < 0 else f"exited with code {code}"
 
     def kill(self):
+        if self.own_group:  # a worker already reaped (poll) is no root: its pid may be another process's now
+            kill_tree(self.proc.pid if self.proc.poll() is None else None, self.tag)
         if self.proc.poll() is None:
             if self.own_group:
                 try:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+
+# Inside main(): MindSpore and the model, after the arguments are checked (`--help` and usage errors load
+# nothing)
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mindrl generate",
@@ -15,7 +17,8 @@ def _parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", action="append", help="prompt text (repeat for several prompts)")
     src.add_argument("--prompt-ids", action="append", help='prompt token ids, e.g. "1 2 3" (repeatable)')
-    p.add_argument("--template", help="chat template for --prompt text (e.g. qwen2_5, chatml, empty)")
+    p.add_argument("--template", help="chat template for --prompt text (e.g. qwen2_5, chatml, empty, or hf: the "
+                                      "tokenizer's own)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument("--temperature", type=float, default=1.0)
@@ -74,6 +77,9 @@ def generate_main(argv=None) -> int:
 def _run(args) -> int:
     if args.template and not args.prompt:
         raise _UserError("--template applies to --prompt text, not --prompt-ids")
+    if args.model.endswith(".gguf"):
+        from mindrl.models.config import gguf_hint
+        raise _UserError(f"{args.model}: {gguf_hint(args.model)}")
     tok_path = _find_tokenizer(args)
     if args.prompt and tok_path is None:
         raise _UserError(f"{args.model}: --prompt text needs a tokenizer (pass --tokenizer DIR), or use --prompt-ids")
@@ -85,9 +91,10 @@ def _run(args) -> int:
     if args.prompt:
         texts = list(args.prompt)
         if args.template:
-            from mindrl.data.templates import get_template, render
-            texts = [render(args.template, t) for t in texts]
-            stop_words = get_template(args.template).stop_words
+            from mindrl.data.templates import get_template
+            template = get_template(args.template, tokenizer=tokenizer)
+            texts = [template.render(t) for t in texts]
+            stop_words = template.stop_words
         prompts = [tokenizer.encode(t) for t in texts]
         if any(not p for p in prompts):
             raise _UserError("a --prompt encodes to no tokens")

@@ -2,7 +2,7 @@
 checkpoints, metrics and the ``mindrl train`` command. Names load on first use (no mindspore import here)."""
 import importlib
 
-_EXPORTS = {"RLTrainer": "loop", "GRPOTrainer": "loop", "Experience": "experience"}
+_EXPORTS = {"RLTrainer": "loop", "Experience": "experience"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -30,7 +30,7 @@ class ResponseLogProbs(nn.Cell):
 
 
 class ActorLossCell(nn.Cell):
-    """(input_ids, attention_mask, loss_mask, old_log_prob, advantages, ref_log_prob, denominator) ->
+    """(input_ids, attention_mask, loss_mask, old_log_probs, advantages, ref_log_probs, denominator) ->
     (loss, pg_loss, pg_clipfrac, ppo_kl, kl_loss, entropy)."""
 
     METRICS = (("pg_loss", "sum"), ("pg_clipfrac", "token_mean"), ("ppo_kl", "token_mean"), ("kl_loss", "sum"),
@@ -42,10 +42,10 @@ class ActorLossCell(nn.Cell):
         self.loss = actor_loss
         self.entropy_in_loss = entropy_in_loss
 
-    def construct(self, input_ids, attention_mask, response_mask, old_log_prob, advantages, ref_log_prob, denom):
-        log_prob, entropy = self.scorer(input_ids, attention_mask, response_mask)
+    def construct(self, input_ids, attention_mask, loss_mask, old_log_probs, advantages, ref_log_probs, denom):
+        log_prob, entropy = self.scorer(input_ids, attention_mask, loss_mask)
         if not self.entropy_in_loss:
             entropy = ops.stop_gradient(entropy)
-        loss, pg, clipfrac, ppo_kl, kl, ent = self.loss(log_prob, old_log_prob, advantages, response_mask,
-                                                         ref_log_prob, entropy, denom)
+        loss, pg, clipfrac, ppo_kl, kl, ent = self.loss(log_prob, old_log_probs, advantages, loss_mask,
+                                                         ref_log_probs, entropy, denom)
         return loss, pg, clipfrac, ppo_kl, kl, ent

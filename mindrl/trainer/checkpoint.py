@@ -11,8 +11,8 @@ Layout of ``actor_config.save`` (Megatron/MindSpeed users know the tracker file)
           optimizer.safetensors              # adam_m.*, adam_v.*, global_step (full tensors, HF orientation)
           rank_checkpoints/rank_<r>/checkpoint_<r>.ckpt, strategy/   # multi-rank runs: MindSpore's own format
         critic/                              # PPO: the value model, the same files
-        manifest.json                        # every file with its size and xxh3 checksum: written last, checked
-                                             # before any file is used (weights, optimizer, trainer state)
+        manifest.json                        # every file with its size and xxh3 checksum, and its own checksum
+                                             # (mindrl/manifest.py): written last, checked before any file is used
 
 Checkpoints written before roles existed hold the policy's files at the ``iter_*`` root; they still load
 (:func:`role_dir`). A checkpoint is assembled in a hidden staging directory (``mindrl.io``) by every rank and
@@ -25,34 +25,36 @@ import os
 import shutil
 from typing import Optional
 
-from mindrl.io import (MANIFEST, read_manifest, remove_stale_staging, staging_path, write_json,  # noqa: F401
-                       write_manifest, write_text)
+from mindrl.io import remove_stale_staging, staging_path, write_json, write_text  # noqa: F401
+from mindrl.manifest import MANIFEST, read_manifest, write_manifest  # noqa: F401
 from mindrl.models.safetensors_io import CheckpointError, SafetensorsFile
-from mindrl.models.weights import (TRACKER, TRAINER_STATE, is_training_checkpoint, iter_dir,  # noqa: F401
-                                   resolve, role_dir, verify_checkpoint, weights_path)
+from mindrl.models.weights import (TRACKER, TRAINER_STATE, checkpoint_steps, is_training_checkpoint,  # noqa: F401
+                                   iter_dir, newest_intact, resolve, role_dir, verify_checkpoint, weights_path)
 
 OPTIMIZER = "optimizer.safetensors"
 
 
-def pending_dir(root: str, step: int) -> str:
-    """Where every rank assembles checkpoint ``step`` before the main rank renames it into place."""
-    return staging_path(iter_dir(root, step), owner="ranks")
+def pending_dir(root: str, step: int, owner: Optional[int] = None) -> str:
+    """Where every rank assembles checkpoint ``step`` before the main rank renames it into place. It is named after
+    the main rank's pid ``owner`` (default: this process's), so another run saving into the same directory never
+    takes it for a leftover of a crash, and removes it only once that process is gone."""
+    return staging_path(iter_dir(root, step), owner=f"ranks{owner or os.getpid()}")
 
 
-def begin(root: str, step: int) -> str:
+def begin(root: str, step: int, owner: Optional[int] = None) -> str:
     """(main rank) An empty staging directory for ``step``; leftovers of crashed saves are removed."""
     os.makedirs(root, exist_ok=True)
     remove_stale_staging(root)
-    pending = pending_dir(root, step)
+    pending = pending_dir(root, step, owner)
     shutil.rmtree(pending, ignore_errors=True)
     os.makedirs(pending)
     return pending
 
 
-def finalize(root: str, step: int, keep_last: int = 2) -> str:
+def finalize(root: str, step: int, keep_last: int = 2, owner: Optional[int] = None) -> str:
     """(main rank) Seal the staged checkpoint: manifest (sizes and checksums read back from disk), rename,
     tracker, pruning."""
-    tmp, final = pending_dir(root, step), iter_dir(root, step)
+    tmp, final = pending_dir(root, step, owner), iter_dir(root, step)
     write_manifest(tmp, {"step": step})
     if os.path.exists(final):
         shutil.rmtree(final)
@@ -67,9 +69,7 @@ def _prune(root, keep_last, current):
     run that used the same directory: they are not ours to delete (and never outrank the one just written)."""
     if keep_last <= 0:
         return
-    steps = sorted(int(d[5:]) for d in os.listdir(root)
-                   if d.startswith("iter_") and d[5:].isdigit() and int(d[5:]) <= current)
-    for step in steps[:-keep_last]:
+    for step in checkpoint_steps(root, current + 1)[keep_last:]:
         shutil.rmtree(iter_dir(root, step), ignore_errors=True)
 
 
@@ -85,9 +85,12 @@ def load_trainer_state(directory: str) -> dict:
     try:
         with open(path, encoding="utf-8") as fh:
             state = json.load(fh)
-        int(state["step"])
+        step = state["step"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path}: not a valid trainer state ({err.__class__.__name__}: {err})") from None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:  # a run resumed at step -5 trained on
+        raise CheckpointError(f"{path}: step {step!r} is not a step a run can be at (a whole number from 0); resume "
+                              f"from another checkpoint, or start from these weights with actor_config.finetune=true")
     return state
 
 
@@ -109,3 +112,33 @@ def latest_step(root: str) -> Optional[int]:
     with open(tracker) as fh:
         text = fh.read().strip()
     return int(text) if text.isdigit() else None
+
+
+def reseal_main(argv) -> int:
+    """``mindrl reseal DIR``: a checkpoint whose manifest is of format 1 gets format 2, after every file was checked
+    against the old one. Exit 0 done (or nothing to do), 1 a file does not match, 2 no such checkpoint."""
+    import argparse
+    import sys
+    from mindrl.manifest import DamagedFile, reseal
+    ap = argparse.ArgumentParser(prog="mindrl reseal", description="re-seal a checkpoint whose manifest.json is of "
+                                 "format 1 (no checksum of its own) with format 2, after checking its files")
+    ap.add_argument("checkpoint", help="an iter_* directory, or a save directory (its newest checkpoint)")
+    args = ap.parse_args(argv)
+    try:
+        directory = resolve(args.checkpoint)
+    except CheckpointError as err:
+        print(f"mindrl reseal: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        done = reseal(directory)
+    except DamagedFile as err:
+        print(f"mindrl reseal: error: {err}; nothing was changed", file=sys.stderr)
+        return 1
+    if done is None:
+        print(f"{directory}: its manifest is format 2 already; nothing to do")
+        return 0
+    by_size = done["files"] - done["by_checksum"]
+    print(f"resealed {directory}: {done['files']} files checked against its format-1 manifest ({done['by_checksum']} "
+          f"by checksum, {by_size} by size only" + (": their contents could not be checked" if by_size else "")
+          + ") and sealed with format 2")
+    return 0

@@ -4,7 +4,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+
+# Imports sit inside the commands: `mindrl --help`, a refused config and msrun's scheduler (which runs this
+# module up to init()) must not load MindSpore or the trainer
 
 
 def _parser(prog, description):
@@ -19,17 +23,21 @@ def _args(ap, argv):
     return ap.parse_intermixed_args(argv)
 
 
-def _load(args):
-    """The validated config, with the files it names checked (preflight); None after printing the errors."""
+def _load(args, world: int | None = None):
+    """(the validated config, its run plan): the files it names checked (preflight) and the run planned on the
+    launcher's world size (or ``world``), so that a layout that does not divide the batch is refused before
+    anything is built; (None, None) after printing the errors."""
     from mindrl.config import ConfigError, load_train_config
+    from mindrl.config.plan import plan_run
+    from mindrl.parallel.topology import launch_topology
     from mindrl.trainer.preflight import preflight
     try:
         cfg = load_train_config(args.config, args.overrides)
         preflight(cfg, source=args.config)
-        return cfg
+        return cfg, plan_run(cfg, world or launch_topology().world)
     except ConfigError as err:
         print(f"mindrl: config error:\n{err}", file=sys.stderr)
-        return None
+        return None, None
 
 
 def _build(cfg, run_dir: bool = True):
@@ -56,7 +64,7 @@ def _setup_logging():
 
 def train_main(argv) -> int:
     args = _args(_parser("mindrl train", "RL training (GRPO, PPO, ...) from a yaml config"), argv)
-    cfg = _load(args)
+    cfg, _ = _load(args)
     if cfg is None:
         return 2
     _setup_logging()
@@ -64,30 +72,53 @@ def train_main(argv) -> int:
         return _export_strategy(cfg)
     from mindrl.rewards import RewardError
     from mindrl.trainer.checkpointer import SaveFailed
-    from mindrl.trainer.loop import TrainingDiverged
+    from mindrl.trainer.guard import TrainingDiverged
+    from mindrl.trainer.interrupt import RunInterrupted
+    from mindrl.trainer.metrics import LogWriteFailed
     trainer = _build(cfg)
     if trainer is None:
         return 2
     try:
         summary = trainer.fit()
+    except RunInterrupted as stopped:  # saved and said how to resume (trainer/stopping.py)
+        trainer.run.exchange.barrier()
+        return stopped.exit_code
     except TrainingDiverged as err:
         print(f"mindrl train: error: {err}", file=sys.stderr)
         return 3
-    except (SaveFailed, RewardError) as err:  # RewardError: a reward call failed and reward_fallback is null
+    except (SaveFailed, RewardError, LogWriteFailed) as err:  # RewardError: a reward call failed, reward_fallback null
         print(f"mindrl train: error: {err}", file=sys.stderr)
         return 1
     before, after = summary.get("eval_before"), summary.get("eval_after")
     if before and after and trainer.run.topo.is_main:
         keys = [k for k in after if k.endswith("/mean")]
-        print("held-out (greedy): " + ", ".join(f"{k} {before[k]:.3f} -> {after[k]:.3f}" for k in keys))
+        print(f"held-out ({_eval_kind(trainer.run.plan.eval)}): "
+              + ", ".join(f"{k} {before[k]:.3f} -> {after[k]:.3f}" for k in keys), flush=True)
+    # every rank ends after the main rank's summary: MindSpore logs a few lines when a worker leaves the cluster,
+    # whatever GLOG_v says, and under msrun another rank's would land inside the summary
+    trainer.run.exchange.barrier()
     return 0
 
 
+def _eval_kind(ev) -> str:
+    """How the held-out responses are made, for the lines that announce and sum up an evaluation."""
+    if not ev.sampled:
+        return "greedy"
+    return (f"{ev.n_samples} responses sampled per prompt at temperature {ev.temperature:g}"
+            + (f", top_p {ev.top_p:g}" if ev.top_p < 1 else ""))
+
+
 def evaluate_main(argv) -> int:
-    ap = _parser("mindrl evaluate", "greedy evaluation of actor_config.load on eval.path")
-    ap.add_argument("--dump", metavar="FILE.jsonl", help="also write every prompt, response, label and score")
+    ap = _parser("mindrl evaluate", "evaluation of actor_config.load on eval.path: greedy accuracy, or pass@k and "
+                                    "mean@n of eval.n_samples responses sampled at eval.temperature")
+    ap.add_argument("--dump", metavar="FILE.jsonl", help="also write every prompt, response (each sample), label "
+                                                         "and score")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing --dump file")
     args = _args(ap, argv)
-    cfg = _load(args)
+    if args.dump and os.path.exists(args.dump) and not args.overwrite:  # as preprocess and convert refuse theirs
+        print(f"mindrl evaluate: {args.dump} already exists; pass --overwrite to replace it", file=sys.stderr)
+        return 2
+    cfg, _ = _load(args)
     if cfg is None:
         return 2
     if not cfg.eval.path:
@@ -99,9 +130,10 @@ def evaluate_main(argv) -> int:
     if trainer is None:
         return 2
     if trainer.run.topo.is_main:
-        n = len(trainer.evaluate.data()[0])
-        print(f"evaluating {n} held-out prompts from {cfg.eval.path} with {cfg.actor_config.load} (greedy; the "
-              f"first batch compiles the rollout graphs)", file=sys.stderr, flush=True)
+        n, note = len(trainer.evaluate.data()[0]), trainer.evaluate.note
+        print(f"evaluating {n} held-out prompts from {cfg.eval.path}{f' ({note})' if note else ''} with "
+              f"{cfg.actor_config.load} ({_eval_kind(trainer.run.plan.eval)}; the first batch compiles the rollout "
+              f"graphs)", file=sys.stderr, flush=True)
     from mindrl.rewards import RewardError
     try:
         result = trainer.evaluate(dump=args.dump)
@@ -111,7 +143,25 @@ def evaluate_main(argv) -> int:
     if trainer.run.topo.is_main:
         print(json.dumps(result, indent=2))
         if args.dump:
-            print(f"wrote {result['eval/num_samples']} predictions to {args.dump}", file=sys.stderr)
+            rows = result["eval/num_samples"] * result.get("eval/n_samples", 1)
+            print(f"wrote {rows} predictions to {args.dump}", file=sys.stderr)
+    return 0
+
+
+def plan_main(argv) -> int:
+    """`mindrl plan --config X`: the run plan `mindrl train` would print, after the same checks, without training."""
+    ap = _parser("mindrl plan", "check a training config and print its run plan: what one step does, in numbers, "
+                                "and where each number came from")
+    ap.add_argument("--world", type=int, default=None, metavar="N",
+                    help="processes to plan for (default: msrun's worker count, or 1)")
+    args = _args(ap, argv)
+    if args.world is not None and args.world < 1:
+        print("mindrl plan: --world must be at least 1", file=sys.stderr)
+        return 2
+    cfg, plan = _load(args, args.world)
+    if cfg is None:
+        return 2
+    print(plan.text())
     return 0
 
 
@@ -119,7 +169,7 @@ def export_strategy_main(argv) -> int:
     """`mindrl export-strategy --config X` == `mindrl train --config X runtime.only_save_strategy=true`."""
     args = _args(_parser("mindrl export-strategy", "compile every model, write per-rank strategy files, exit"), argv)
     args.overrides = ["runtime.only_save_strategy=true"] + list(args.overrides)
-    cfg = _load(args)
+    cfg, _ = _load(args)
     if cfg is None:
         return 2
     _setup_logging()

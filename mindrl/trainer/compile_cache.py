@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 
+# Inside functions: MindSpore and the model config, read only when the cache is on
+
 
 def enable_compile_cache(cfg) -> str:
     """Point MindSpore's compile cache at this config's directory (this process's). The run context calls this

@@ -22,17 +22,19 @@ class ResponseValues(nn.Cell):
 
 class CriticLossCell(nn.Cell):
     """(input_ids, attention_mask, loss_mask, old_values, returns, denominator) ->
-    (loss, vf_loss, vf_clipfrac, vpred_mean): PPO's clipped value loss, token-mean aggregated (verl's default)."""
+    (loss, vf_loss, vf_clipfrac, vpred_mean): PPO's clipped value loss, aggregated by ``loss_agg_mode``
+    (critic_config.loss_agg_mode; token-mean, verl's default)."""
 
     METRICS = (("vf_loss", "sum"), ("vf_clipfrac", "token_mean"), ("vpred_mean", "token_mean"))
 
-    def __init__(self, value_model, cliprange_value: float):
+    def __init__(self, value_model, cliprange_value: float, loss_agg_mode: str = "token-mean"):
         super().__init__(auto_prefix=False)
         self.values = ResponseValues(value_model)
         self.cliprange_value = float(cliprange_value)
+        self.loss_agg_mode = loss_agg_mode
 
     def construct(self, input_ids, attention_mask, loss_mask, old_values, returns, denom):
         vpred = self.values(input_ids, attention_mask, loss_mask)
-        vf_loss, vf_clipfrac = value_loss(vpred, old_values, returns, loss_mask, self.cliprange_value, "token-mean",
-                                          denom)
+        vf_loss, vf_clipfrac = value_loss(vpred, old_values, returns, loss_mask, self.cliprange_value,
+                                          self.loss_agg_mode, denom)
         return vf_loss, vf_loss, vf_clipfrac, ops.stop_gradient(masked_mean(vpred, loss_mask))

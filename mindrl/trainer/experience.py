@@ -10,13 +10,14 @@ Filled while sampling (every rank, for its own rows):
     response_mask [N, R] float32 (1 on generated tokens, a final stop token included),
     rollout_log_probs [N, R] float32 (log p under the sampling policy, temperature applied, no top-k/p),
     finished [N] bool (ended on a stop token), group [N] int64,
-    rewards [N] float32 (weighted verifier sum), verifier_scores {name: [N] float32} (each verifier, unweighted),
-    scores [N] float64 (rewards + penalties such as DAPO's overlong penalty; + the reward model's score later).
+    rule_reward [N] float32 (the verifiers' weighted sum), verifier_scores {name: [N] float32} (each verifier,
+    unweighted), score [N] float64 (the sequence's score so far: with DAPO's dynamic sampling, what it filters on).
 Filled after the exchange, by the stages this run has (None otherwise):
     loss_mask [N, R] float32 (response_mask, truncated rows zeroed with mask_truncated_completions),
     old_log_probs [N, R] (the policy before this step's updates), ref_log_probs [N, R] (the reference),
-    values [N, R] (critic), rm_scores [N] float32 (reward model), token_rewards [N, R] float32
-    (score on the last token, minus the KL penalty when KL is in the reward), advantages [N, R], returns [N, R].
+    values [N, R] (critic), rm_score [N] float32 (reward model), score (again, with every term), reward [N]
+    float64 and token_rewards [N, R] float32 (what the estimator reads), advantages [N, R], returns [N, R].
+The reward's names and how its terms add up: algorithms/sequence_reward.py.
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 _ROW_FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "rollout_log_probs", "finished",
-               "group", "rewards", "scores", "loss_mask", "old_log_probs", "ref_log_probs", "values", "rm_scores",
-               "token_rewards", "advantages", "returns")
+               "group", "rule_reward", "score", "loss_mask", "old_log_probs", "ref_log_probs", "values", "rm_score",
+               "reward", "token_rewards", "advantages", "returns")
 _TOKEN_FIELDS = ("response_ids", "response_mask", "rollout_log_probs", "loss_mask", "old_log_probs",
                  "ref_log_probs", "values", "token_rewards", "advantages", "returns")
 
@@ -42,14 +43,15 @@ class Experience:
     rollout_log_probs: np.ndarray
     finished: np.ndarray
     group: np.ndarray
-    rewards: np.ndarray
-    scores: np.ndarray
+    rule_reward: np.ndarray
+    score: np.ndarray
     verifier_scores: Dict[str, np.ndarray] = field(default_factory=dict)
     loss_mask: Optional[np.ndarray] = None
     old_log_probs: Optional[np.ndarray] = None
     ref_log_probs: Optional[np.ndarray] = None
     values: Optional[np.ndarray] = None
-    rm_scores: Optional[np.ndarray] = None
+    rm_score: Optional[np.ndarray] = None
+    reward: Optional[np.ndarray] = None
     token_rewards: Optional[np.ndarray] = None
     advantages: Optional[np.ndarray] = None
     returns: Optional[np.ndarray] = None
@@ -57,7 +59,7 @@ class Experience:
     # -- construction ---------------------------------------------------------------------------
     @classmethod
     def from_rollout(cls, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                     log_probs: Sequence[np.ndarray], finished, group, rewards, scores,
+                     log_probs: Sequence[np.ndarray], finished, group, rule_reward, score,
                      verifier_scores: Dict[str, np.ndarray], prompt_width: int, response_width: int,
                      pad_id: int) -> "Experience":
         n = len(responses)
@@ -76,7 +78,7 @@ class Experience:
             r_mask[i, :len(t)] = 1
             lps[i, :len(t)] = lp
         return cls(p_ids, p_mask, r_ids, r_mask, lps, np.asarray(finished, bool), np.asarray(group, np.int64),
-                   np.asarray(rewards, np.float32), np.asarray(scores, np.float64),
+                   np.asarray(rule_reward, np.float32), np.asarray(score, np.float64),
                    {k: np.asarray(v, np.float32) for k, v in verifier_scores.items()})
 
     @classmethod
@@ -163,10 +165,9 @@ class Experience:
         """This rank's rows as one float32 matrix (the exchange between ranks carries float32 only).
 
         Columns: prompt length, response length, prompt ids [P], response ids [R], rollout log-probs [R],
-        finished, reward, score [4 columns], then one column per verifier (sorted by name). Token ids are exact in
-        float32 below 2**24; the float64 score travels as the four 16-bit words of its bits (each an exact float32),
-        so every rank unpacks the very score a single process keeps. Only the sampling fields travel: everything
-        else is computed after the exchange.
+        finished, rule reward, then one column per verifier (sorted by name). Token ids are exact in float32 below
+        2**24. Only the sampling fields travel: everything else, the score included, is computed after the
+        exchange (from the float32 rule reward and the lengths, so every rank gets the bits a single process does).
         """
         n, names = len(self), sorted(self.verifier_scores)
         p_len, r_len = self.prompt_lengths, self.response_lengths
@@ -174,24 +175,25 @@ class Experience:
         for i in range(n):
             prompts[i, :p_len[i]] = self.prompt_ids[i, self.prompt_width - p_len[i]:]
         cols = [p_len[:, None], r_len[:, None], prompts, self.response_ids * self.response_mask,
-                self.rollout_log_probs, self.finished[:, None], self.rewards[:, None], _float64_to_words(self.scores)]
+                self.rollout_log_probs, self.finished[:, None], self.rule_reward[:, None]]
         cols += [self.verifier_scores[k][:, None] for k in names]
         return np.concatenate([np.asarray(c, np.float32) for c in cols], axis=1)
 
     @classmethod
     def unpack(cls, mat: np.ndarray, prompt_width: int, response_width: int, verifier_names: Sequence[str],
                pad_id: int, n_samples: int) -> "Experience":
-        """Rows packed by :meth:`pack` on every rank, concatenated in replica order. Groups are renumbered."""
+        """Rows packed by :meth:`pack` on every rank, concatenated in replica order. Groups are renumbered; the
+        score is left at 0 for the caller to compute (algorithms/sequence_reward.py)."""
         p0, r0 = 2, 2 + prompt_width
-        o = r0 + 2 * response_width  # finished, reward, score words, verifiers
-        v0 = o + 2 + _WORDS
+        o = r0 + 2 * response_width  # finished, rule reward, verifiers
+        v0 = o + 2
         prompts = [row[p0:p0 + int(row[0])].astype(np.int64).tolist() for row in mat]
         responses = [row[r0:r0 + int(row[1])].astype(np.int64).tolist() for row in mat]
         log_probs = [row[r0 + response_width:r0 + response_width + int(row[1])] for row in mat]
         per = {k: mat[:, v0 + j] for j, k in enumerate(sorted(verifier_names))}
         per = {k: per[k] for k in verifier_names}
         return cls.from_rollout(prompts, responses, log_probs, mat[:, o] > 0.5, np.arange(len(mat)) // n_samples,
-                                mat[:, o + 1], _words_to_float64(mat[:, o + 2:v0]), per, prompt_width,
+                                mat[:, o + 1], np.zeros(len(mat)), per, prompt_width,
                                 response_width, pad_id)
 
     def validate(self) -> "Experience":
@@ -199,7 +201,8 @@ class Experience:
         n, r = len(self), self.response_width
         want = {"prompt_ids": ((n, self.prompt_width), np.int32), "prompt_mask": ((n, self.prompt_width), np.int32),
                 "response_ids": ((n, r), np.int32), "finished": ((n,), np.bool_), "group": ((n,), np.int64),
-                "rewards": ((n,), np.float32), "scores": ((n,), np.float64), "rm_scores": ((n,), np.float32)}
+                "rule_reward": ((n,), np.float32), "score": ((n,), np.float64), "rm_score": ((n,), np.float32),
+                "reward": ((n,), np.float64)}
         for name in _TOKEN_FIELDS:
             want.setdefault(name, ((n, r), np.float32))
         for name in _ROW_FIELDS:
@@ -213,19 +216,6 @@ class Experience:
             if v.shape != (n,) or v.dtype != np.float32:
                 raise TypeError(f"Experience.verifier_scores[{k!r}]: {v.dtype}{list(v.shape)}, expected float32[{n}]")
         return self
-
-
-_WORDS = 4  # 16-bit words of a float64
-
-
-def _float64_to_words(x: np.ndarray) -> np.ndarray:
-    """[N] float64 -> [N, 4] float32 holding the 16-bit words of each value's bits: integers below 2**16 are exact
-    in float32, so the words survive any float32 transport and :func:`_words_to_float64` restores every bit."""
-    return np.ascontiguousarray(x, "<f8").view("<u2").reshape(-1, _WORDS).astype(np.float32)
-
-
-def _words_to_float64(words: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(words).astype("<u2")).view("<f8").reshape(-1).astype(np.float64)
 
 
 def _fit(a: np.ndarray, width: int, fill, left: bool) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Making a step's experience: prompts -> rollout -> rule rewards [-> DAPO dynamic sampling] -> the exchange
-between ranks -> the model passes the run needs (old and reference log-probs, values, reward-model scores).
+between ranks -> the model passes the run needs (old and reference log-probs, values, reward-model scores) -> the
+sequence score (algorithms/sequence_reward.py).
 
 Each rollout replica samples its share of the global batch; rule rewards need the text and labels, so they are
 scored where the text was made. Everything that runs a model afterwards works on the global batch, each
@@ -7,30 +8,30 @@ data-parallel replica on its rows, and shares the result (roles/base.py: ``score
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 
-from mindrl.data.reader import mindrecord_columns
+from mindrl.algorithms.dapo import dynamic_sampling_keep_mask
+from mindrl.algorithms.sequence_reward import sequence_score
+from mindrl.data.reader import PromptDataset, mindrecord_columns
 from mindrl.trainer.context import RunContext, seed_from
 from mindrl.trainer.experience import Experience
 
 
 class ExperienceMaker:
     def __init__(self, run: RunContext, policy, rewards, reference=None, critic=None, reward_model=None):
-        from mindrl.data.reader import PromptDataset
         self.run, self.policy, self.rewards, self.reference = run, policy, rewards, reference
         self.critic, self.reward_model = critic, reward_model
-        d, infer = run.cfg.data, run.topo.infer
+        ro, infer = run.plan.rollout, run.topo.infer
         # labels are read only for the rule rewards: a reward-model-only run needs none (MindRLHF data has none)
-        self.labels = bool(run.cfg.rl_config.verifier_function)
-        columns = [d.prompt_key] + ([d.label_key] if self.labels else [])
+        columns = [ro.prompt_key] + ([ro.label_key] if ro.label_key else [])
         # MindRLHF's data pads prompt_ids to a fixed width; prompt_length says where each prompt ends
-        self.lengths = "prompt_length" in mindrecord_columns(d.path)
+        self.lengths = "prompt_length" in mindrecord_columns(ro.data_path)
         columns += ["prompt_length"] if self.lengths else []
         # each rollout replica reads its own share of every global batch
-        self.dataset = PromptDataset(d.path, batch_size=run.cfg.rl_config.global_batch_size // infer.dp,
-                                     dp_rank=infer.dp_rank, dp_size=infer.dp, seed=d.seed, shuffle=d.shuffle,
+        self.dataset = PromptDataset(ro.data_path, batch_size=run.plan.batch.gen_prompts // infer.dp,
+                                     dp_rank=infer.dp_rank, dp_size=infer.dp, seed=ro.data_seed, shuffle=ro.shuffle,
                                      columns=columns)
         self.sampling = run.sampling_params()
         self.draws = 0  # rollout batches drawn so far: the sampling seed of each is (run seed, draw, replica)
@@ -38,15 +39,15 @@ class ExperienceMaker:
 
     def make(self, timers) -> tuple:
         """(the global batch's Experience, rollout metrics)."""
-        rl = self.run.cfg.rl_config
+        plan = self.run.plan
         local, counts = self._sample(timers)
         exp = self._exchange(local, counts)
         exp = exp.resized(*self.run.train_widths(exp), pad_id=self.run.pad_id)
         exp.loss_mask = exp.response_mask.copy()
-        if rl.mask_truncated_completions:
+        if plan.rollout.mask_truncated:
             exp.loss_mask[~exp.finished] = 0.0
         exp.old_log_probs = exp.rollout_log_probs
-        if rl.ppo_epochs * (len(exp) // rl.mini_batch_size) > 1:
+        if plan.batch.recompute_old_log_probs:
             # the rollout's log-probs are the old policy only for a single update per rollout
             with timers("old_log_p"):
                 exp.old_log_probs = self.policy.log_probs(exp)
@@ -58,68 +59,67 @@ class ExperienceMaker:
                 exp.values = self.critic.values(exp)
         if self.reward_model is not None:
             with timers("reward_model"):
-                exp.rm_scores = self.reward_model.score(exp)
-            exp.scores = exp.scores + self.reward_model.weight * exp.rm_scores.astype(np.float64)
-        if rl.reward_clip_range is not None:
-            exp.scores = np.clip(exp.scores, *rl.reward_clip_range)
+                exp.rm_score = self.reward_model.score(exp)
+        exp.score = sequence_score(exp.rule_reward, exp.response_lengths, plan.reward, exp.rm_score)
         # the rule rewards' failure counts always; the dapo/* ones only with dynamic sampling
-        return exp, {k: v for k, v in counts.items() if rl.dynamic_sampling or not k.startswith("dapo/")}
+        return exp, {k: v for k, v in counts.items() if plan.rollout.dynamic_sampling or not k.startswith("dapo/")}
 
     # -- sampling ------------------------------------------------------------------------------------
     def _next_prompts(self):
-        d, gen = self.run.cfg.data, self.run.cfg.generate_config
+        ro = self.run.plan.rollout
         if self._it is None:  # created on first use: after a resume has set the data position
             self._it = self.dataset.forever()
         batch = next(self._it)
-        prompts = [list(map(int, p)) for p in batch[d.prompt_key]]
+        prompts = [list(map(int, p)) for p in batch[ro.prompt_key]]
         if self.lengths:
             prompts = [p[:int(n)] for p, n in zip(prompts, batch["prompt_length"])]
-        too_long = [i for i, p in enumerate(prompts) if len(p) > gen.max_prompt_length]
+        too_long = [i for i, p in enumerate(prompts) if len(p) > ro.max_prompt_length]
         if too_long:
             i = too_long[0]
-            raise ValueError(f"{d.path}: row {int(batch['index'][i])} has a {len(prompts[i])}-token prompt, longer "
-                             f"than generate_config.max_prompt_length={gen.max_prompt_length}")
-        labels = [str(x) for x in batch[d.label_key]] if self.labels else [""] * len(prompts)
+            raise ValueError(f"{ro.data_path}: row {int(batch['index'][i])} has a {len(prompts[i])}-token prompt, "
+                             f"longer than generate_config.max_prompt_length={ro.max_prompt_length}")
+        labels = [str(x) for x in batch[ro.label_key]] if ro.label_key else [""] * len(prompts)
         return prompts, labels
 
     def _draw(self, timers) -> tuple:
         """One batch of prompts, sampled and scored by the rule rewards, and the rewards' failure counts."""
-        from mindrl.algorithms.dapo import overlong_penalty
-        run, rl, gen = self.run, self.run.cfg.rl_config, self.run.cfg.generate_config
+        run, ro = self.run, self.run.plan.rollout
         prompts, labels = self._next_prompts()
         with timers("rollout"):
             # replicas draw different samples; the tp ranks of one replica draw the same
-            out = self.policy.generate(prompts, self.sampling, seed_from(run.seed, self.draws, run.topo.infer.dp_rank))
+            out = self.policy.generate(prompts, self.sampling,
+                                       seed_from(run.sampling_seed, self.draws, run.topo.infer.dp_rank))
         self.draws += 1
         texts = [run.tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
         with timers("rule_reward"):
             rew = self.rewards(texts, [labels[i] for i in out.prompt_index])
-        scores = rew.scores.astype(np.float64)
-        if rl.overlong_buffer_len > 0:
-            scores = scores + overlong_penalty(out.lengths, self.sampling.max_tokens, rl.overlong_buffer_len,
-                                               rl.overlong_penalty_factor)
+        score = sequence_score(rew.scores, out.lengths, run.plan.reward)  # before the reward model's term
         return Experience.from_rollout([prompts[i] for i in out.prompt_index], out.tokens, out.log_probs,
-                                       out.finished, out.prompt_index, rew.scores, scores, rew.per_verifier,
-                                       gen.max_prompt_length, gen.max_tokens, run.pad_id), rew.counts()
+                                       out.finished, out.prompt_index, rew.scores, score, rew.per_verifier,
+                                       ro.max_prompt_length, ro.max_tokens, run.pad_id), rew.counts()
 
     def _sample(self, timers):
         """This replica's share of the global batch, with DAPO dynamic sampling when enabled: groups whose samples
-        all scored the same carry no signal, so more prompts are drawn (at most max_num_gen_batches draws)."""
-        from mindrl.algorithms.dapo import dynamic_sampling_keep_mask
-        rl, n = self.run.cfg.rl_config, self.run.cfg.rl_config.n_samples_per_prompt
-        want = rl.global_batch_size // self.run.topo.infer.dp
+        all scored the same carry no signal, so more prompts are drawn (at most max_num_gen_batches draws; 0 = no
+        limit). Where MindSpeed-RL and verl stop with an error after the last allowed draw, a short batch is filled
+        with zero-variance groups (zero advantage), counted in dapo/filled_groups."""
+        plan = self.run.plan
+        ro, n = plan.rollout, plan.batch.samples_per_prompt
+        want = plan.batch.prompts // self.run.topo.infer.dp
         kept, spare, draws, counts = [], [], 0, {}
         while True:
             exp, drawn = self._draw(timers)
             counts = {k: counts.get(k, 0) + v for k, v in drawn.items()}  # grpo/rewards/failures, ... of the step
             draws += 1
-            if not rl.dynamic_sampling:
+            if not ro.dynamic_sampling:
                 kept = [exp.select(slice(g * n, (g + 1) * n)) for g in range(len(exp) // n)]
                 break
-            keep = dynamic_sampling_keep_mask(exp.scores, n)
+            metric = exp.score if ro.dynamic_sampling_metric is None else \
+                exp.verifier_scores[ro.dynamic_sampling_metric]
+            keep = dynamic_sampling_keep_mask(metric, n)
             for g in range(len(exp) // n):
                 (kept if keep[g * n] else spare).append(exp.select(slice(g * n, (g + 1) * n)))
-            if len(kept) >= want or draws >= rl.max_num_gen_batches:
+            if len(kept) >= want or draws == plan.batch.max_gen_batches:
                 break
         filled = max(0, want - len(kept))
         groups = (kept + spare[:filled])[:want]  # zero-variance groups only fill a short batch: advantage 0
@@ -134,12 +134,12 @@ class ExperienceMaker:
         run = self.run
         if run.topo.world == 1:
             return local
-        gen, infer = run.cfg.generate_config, run.topo.infer
+        ro, infer = run.plan.rollout, run.topo.infer
         mat = run.exchange.from_each(local.pack(), infer)
         sums = run.exchange.all_sum(np.array(list(dapo.values()), np.float32)) / infer.tp
         dapo.update({k: float(v) for k, v in zip(list(dapo), sums)})
-        return Experience.unpack(mat, gen.max_prompt_length, gen.max_tokens, list(local.verifier_scores),
-                                 run.pad_id, run.cfg.rl_config.n_samples_per_prompt)
+        return Experience.unpack(mat, ro.max_prompt_length, ro.max_tokens, list(local.verifier_scores),
+                                 run.pad_id, run.plan.batch.samples_per_prompt)
 
     # -- state ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -2,57 +2,81 @@
 entries and roles:
 
     exp = make_experience()              rollout, rewards (rules, reward model), old/reference log-probs, values
-    exp = advantages(exp)                KL in the reward (if so configured), then rl_config.adv_estimator
+    exp = advantages(exp)                the estimator's reward (KL in it, if so planned), then its advantages
     [critic.update(exp)]                 when the estimator needs a critic (gae)
     policy.update(exp); policy.reshard() clipped policy loss, weights into the rollout model in place
 
-Every msrun worker runs this same code; the roles (roles/) own the networks and their layouts, the stages
-(experience_maker.py, algorithms/) own the math, and this file only orders and times them.
+Every msrun worker runs this same code. The trainer turns the config into a run plan (config/plan.py) once; the
+roles (roles/) own the networks and their layouts, the stages (experience_maker.py, algorithms/) own the math, and
+this file only orders and times them, reading the plan.
 """
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import numpy as np
 
+from mindrl.algorithms import AdvantageInputs, estimator_rewards, get_advantage_estimator, make_kl_controller
 from mindrl.config import TrainConfig
-from mindrl.trainer.guard import NumericalGuard, TrainingDiverged  # noqa: F401 (TrainingDiverged: callers' name)
+from mindrl.config.plan import plan_reward
+from mindrl.io import write_text
+from mindrl.rewards.computer import build_reward_computer
+from mindrl.trainer.checkpointer import BestCheckpoint, Checkpointer, RunState, resume_keys, resumed_step
+from mindrl.trainer.evaluation import Evaluator
+from mindrl.trainer.guard import NumericalGuard
 from mindrl.trainer.metrics import Timers, memory_metrics, rollout_metrics, throughput
+from mindrl.trainer.preflight import preflight
+from mindrl.trainer.run_log import RunLog
+from mindrl.trainer.stopping import stopper_of
+
+# Inside RLTrainer: the roles, the experience maker and the run context, which load MindSpore; `from mindrl
+# import GRPOTrainer` and `mindrl train`'s config checks stay free of it
 
 log = logging.getLogger("mindrl.train")
 
 
 class RLTrainer:
+    """The RL trainer, for every estimator, from a validated config (mindrl.GRPOTrainer, the Python API's name,
+    also takes a yaml path or a dict).
+
+    ``reward_funcs``: Python callables ``f(response, label) -> float`` the config's ``verifier_function`` names.
+    ``run_dir``: claim a run directory (logging.log_dir); False for work that writes no run (``mindrl evaluate``,
+    ``export-strategy``)."""
+
     def __init__(self, cfg: TrainConfig, reward_funcs=None, run_dir: bool = True):
-        """``run_dir``: claim a run directory (logging.log_dir); False for work that writes no run (evaluate)."""
-        from mindrl.algorithms import get_advantage_estimator, make_kl_controller
-        from mindrl.rewards.computer import build_reward_computer
-        from mindrl.trainer.checkpointer import BestCheckpoint, Checkpointer, restore_run_state
+        # MindSpore starts here, not at import: `from mindrl import GRPOTrainer` runs in msrun's scheduler process,
+        # which must not load it before init()
         from mindrl.trainer.context import RunContext
-        from mindrl.trainer.evaluation import Evaluator
         from mindrl.trainer.experience_maker import ExperienceMaker
+        from mindrl.trainer.ptx import PtxTerm
         from mindrl.trainer.roles import Critic, Policy, Reference, RewardScorer
-        from mindrl.trainer.preflight import preflight
         started = time.perf_counter()
-        self.cfg, rl = cfg, cfg.rl_config
+        self.cfg = cfg  # the run log, checkpoints and evaluation files read it; the step reads the plan
         preflight(cfg)  # files that do not fit the config are refused before anything is built
-        self.rewards = build_reward_computer(rl, reward_funcs)  # a bad verifier fails before any model is built
+        # a bad verifier fails before any model is built; its workers load while the models build
+        self.rewards = build_reward_computer(plan_reward(cfg), reward_funcs)
         self.run = run = RunContext.create(cfg, run_dir)
-        self.estimator = get_advantage_estimator(rl.adv_estimator)
-        self.policy = Policy(run)
-        self.reference = Reference(run) if rl.kl_coef > 0 else None
-        self.critic = Critic(run) if self.estimator.needs_critic else None
-        self.reward_model = RewardScorer(run) if cfg.reward_config is not None else None
-        self.kl_ctrl = make_kl_controller(rl.kl_ctrl_type, rl.kl_coef, rl.kl_target, rl.kl_horizon) \
-            if rl.use_kl_in_reward else None
+        plan = run.plan
+        if run_dir and run.topo.is_main:
+            self._announce()
+        self.estimator = get_advantage_estimator(plan.estimator)
+        roles = plan.roles
+        self.policy = Policy(run, roles["policy"], ptx=PtxTerm if plan.schedule.pretrain_coef > 0 else None)
+        self.reference = Reference(run, roles["reference"]) if "reference" in roles else None
+        self.critic = Critic(run, roles["critic"]) if "critic" in roles else None
+        self.reward_model = RewardScorer(run, roles["reward_model"]) if "reward_model" in roles else None
+        kl = plan.reward.kl
+        self.kl_ctrl = make_kl_controller(kl.controller, kl.coef, kl.target, kl.horizon) \
+            if plan.reward.kl_in_reward else None
         self.maker = ExperienceMaker(run, self.policy, self.rewards, self.reference, self.critic, self.reward_model)
         self.evaluate = Evaluator(run, self.policy, self.rewards, self.maker.sampling.stop_token_ids)
-        self.checkpointer = Checkpointer(run, [r for r in (self.policy, self.critic) if r is not None])
-        self.best = BestCheckpoint.create(cfg.actor_config, run.topo.is_main)  # None without actor_config.save_best
-        self.step = 0
-        self.guard = NumericalGuard(rl.max_bad_steps, run.topo.is_main)
-        restore_run_state(self, self.checkpointer.resume())
+        self.checkpointer = Checkpointer(run, [r for r in (self.policy, self.critic) if r is not None], cfg.actor_config)
+        self.best = BestCheckpoint.create(plan.schedule, run.topo.is_main)  # None without actor_config.save_best
+        self.state = RunState(run, self.maker, self.kl_ctrl, self.policy.ptx, resume_keys(cfg))
+        self.guard = NumericalGuard(plan.schedule.max_bad_steps, run.topo.is_main)
+        self.state.load_state_dict(self.checkpointer.resume(), restore_seed=not cfg.actor_config.no_load_rng)
         self.policy.reshard()  # the infer model starts from the loaded (or resumed) train weights
         if run.static_shapes:
             self.compile_all()
@@ -60,82 +84,101 @@ class RLTrainer:
             log.info("start-up took %.2f s (build, load, %s)", time.perf_counter() - started,
                      "compile all graphs" if run.static_shapes else "graphs compile on first use")
 
+    @property
+    def step(self) -> int:
+        return self.state.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.state.step = value
+
+    def _announce(self) -> None:
+        """The run directory and the run plan, first, before anything is built; the plan also goes to plan.txt."""
+        log_dir, actor = self.cfg.logging.log_dir, self.cfg.actor_config
+        resumed = "" if actor.finetune else f" (resumed at step {resumed_step(actor.load)})"
+        print(f"run directory: {log_dir}{resumed}", flush=True)
+        print(self.run.plan.text(), flush=True)
+        write_text(os.path.join(log_dir, "plan.txt"), self.run.plan.text() + "\n")
+
     def train_step(self) -> dict:
-        rl, timers = self.cfg.rl_config, Timers()
+        plan, timers = self.run.plan, Timers()
         lr = self.policy.lr_at(self.step)
-        skipped_before = self._skipped()
+        skipped_before, updated = self._skipped(), {}  # updated: the roles that ran their updates (for the guard)
         with timers("all"):
             exp, metrics = self.maker.make(timers)
-            reward_ok = bool(np.isfinite(exp.scores).all())
+            reward_ok = bool(np.isfinite(exp.score).all())
             if reward_ok:  # a non-finite reward would poison every advantage: no update at all this step
                 with timers("adv"):
                     metrics.update(self.compute_advantages(exp))
                 if self.critic is not None:
                     with timers("update_critic"):
                         metrics.update(self.critic.update(exp, self.step))
-                if self.step >= rl.critic_warmup:  # during the critic's warm-up the actor waits for useful values
+                    updated["critic"] = self.critic
+                if self.step >= plan.schedule.critic_warmup:  # the actor waits for a critic's useful values
                     with timers("update"):
-                        metrics.update(self.policy.update(exp, lr, self.step))
+                        metrics.update(self.policy.update(exp, self.step))
+                    updated["actor"] = self.policy
                     with timers("reshard_to_infer"):
                         self.policy.reshard()
-        metrics.update(rollout_metrics(exp, self.cfg.generate_config.max_tokens, self.estimator.needs_groups))
+        metrics.update(rollout_metrics(exp, plan.rollout.max_tokens, self.estimator.needs_groups))
         metrics.update(timers.values, **{"actor/lr": lr})
-        metrics.update(throughput(metrics, rl.global_batch_size, rl.n_samples_per_prompt, self.run.topo.world))
+        metrics.update(throughput(metrics, plan.batch.prompts, plan.batch.samples_per_prompt, self.run.topo.world,
+                                  plan.schedule.log_max_throughput))
         metrics["train/skipped_updates"] = self._skipped() - skipped_before
         metrics.update(memory_metrics())
         self.step += 1
-        self.guard.check(self.step, metrics, reward_ok, self.checkpointer.newest)
+        self.guard.check(self.step, metrics, reward_ok, updated, self.checkpointer.newest_intact)
         return metrics
 
     def _skipped(self) -> int:
         return sum(r.updater.skipped for r in (self.policy, self.critic) if r is not None)
 
     def compute_advantages(self, exp) -> dict:
-        """Sequence totals (score - KL penalty with KL in the reward), token rewards only for a token-level estimator
-        (None otherwise), then rl_config.adv_estimator. Fills exp.token_rewards/advantages/returns."""
-        from mindrl.algorithms import AdvantageInputs, kl_penalized_token_rewards, kl_reward_penalty
-        rl, metrics, tokens, totals = self.cfg.rl_config, {}, None, exp.scores
-        if self.kl_ctrl is not None:  # steps the controller: needed whatever the estimator reads
-            tokens, kl, metrics = kl_reward_penalty(exp.scores, exp.old_log_probs, exp.ref_log_probs,
-                                                    exp.response_mask, self.kl_ctrl, rl.kl_penalty)
-            totals = exp.scores - metrics["actor/reward_kl_penalty_coeff"] * kl.sum(-1)
-        elif self.estimator.token_level:
-            tokens = kl_penalized_token_rewards(exp.scores, np.zeros_like(exp.response_mask), exp.response_mask, 0.0)
-        exp.token_rewards = tokens if self.estimator.token_level else None
-        if exp.token_rewards is None:  # else rollout_metrics sums the token rewards the estimator read
-            metrics["critic/rewards/mean"] = float(np.mean(totals))
-        options = {k: getattr(rl, k) for k in self.estimator.options}
-        inputs = AdvantageInputs(totals, exp.token_rewards, exp.loss_mask, exp.group, exp.values, options)
+        """The reward the estimator reads (algorithms/sequence_reward.py: KL in it when so planned), then
+        rl_config.adv_estimator. Fills exp.reward, token_rewards, advantages and returns; returns the KL metrics."""
+        plan = self.run.plan
+        exp.reward, exp.token_rewards, metrics = estimator_rewards(
+            exp.score, exp.old_log_probs, exp.ref_log_probs, exp.response_mask, self.kl_ctrl,
+            plan.reward.kl.estimator if plan.reward.kl else None, self.estimator.token_level)
+        inputs = AdvantageInputs(exp.reward, exp.token_rewards, exp.loss_mask, exp.group, exp.values,
+                                 plan.estimator_options)
         exp.advantages, exp.returns = self.estimator.compute(inputs)
         return metrics
 
     # -- the run ------------------------------------------------------------------------------------
     def fit(self) -> dict:
-        from mindrl.trainer.run_log import RunLog
-        rl, actor, ev = self.cfg.rl_config, self.cfg.actor_config, self.cfg.eval
+        """Train to rl_config.train_iters. SIGINT or SIGTERM: the step in progress finishes, is saved and reported, and
+        RunInterrupted (a KeyboardInterrupt) is raised after printing the command that resumes (stopping.py)."""
+        sched, has_eval = self.run.plan.schedule, self.run.plan.eval is not None
         out = RunLog(self.cfg, self.run.topo.is_main, start=self.step, compiled=self.run.static_shapes)
-        if ev.path and self.step == 0:  # a resumed run measured its start already
-            out.eval("before", self.step, self.evaluate())
-        while self.step < rl.train_iters:
-            metrics = self.train_step()
-            last = self.step == rl.train_iters
-            if ev.path and (last or ev.interval and self.step % ev.interval == 0):
-                metrics.update(self.evaluate())  # in the step's own row: every step is one line of metrics.jsonl
-            out.step(self.step, metrics)
-            saved = self.save() if actor.save and (last or actor.save_interval and self.step % actor.save_interval
-                                                   == 0) else None
-            if self.best is not None and self.best.better(metrics):  # actor_config.save_best
-                self.best.keep(saved or self.save(), self.step, metrics[actor.save_best])
-        if ev.path:
+        with stopper_of(self) as stop:  # listens for SIGINT/SIGTERM until the loop is over, however it ends
+            if has_eval and self.step == 0 and not stop.now():  # a resumed run measured its start already
+                out.eval("before", self.step, self.evaluate())
+            while self.step < sched.steps and not stop.now():
+                metrics = self.train_step()
+                last = self.step == sched.steps
+                if has_eval and (last or sched.eval_interval and self.step % sched.eval_interval == 0):
+                    metrics.update(self.evaluate())  # in the step's own row: every step is one line of metrics.jsonl
+                out.step(self.step, metrics)
+                saved = self.save() if sched.save and (last or sched.save_interval and
+                                                       self.step % sched.save_interval == 0) else None
+                stop.saved(saved)
+                if self.best is not None and self.best.better(metrics):  # actor_config.save_best
+                    self.best.keep(saved or self.save(), self.step, metrics[sched.save_best])
+            if stop.signum is not None:  # stopped early: no final evaluation, the last step is saved
+                checkpoint = stop.checkpoint()
+                self.rewards.close()
+                out.close()
+                raise stop.stopped(checkpoint)
+        if has_eval:
             last_row = out.summary.get("last") or self.evaluate()
             out.eval("after", self.step, {k: v for k, v in last_row.items() if k.startswith("eval/")}, record=False)
         self.rewards.close()
         return out.close()
 
     def save(self) -> str:
-        from mindrl.trainer.checkpointer import run_state
         NumericalGuard.refuse_non_finite([r for r in (self.policy, self.critic) if r is not None], self.step)
-        return self.checkpointer.save(self.step, run_state(self))
+        return self.checkpointer.save(self.step, self.state.state_dict())
 
     def roles(self):
         return [r for r in (self.policy, self.reference, self.critic, self.reward_model) if r is not None]
@@ -145,6 +188,3 @@ class RLTrainer:
         log.info("compiling every graph of the run (a warm runtime.compile_cache_path loads them instead)")
         for role in self.roles():
             role.compile(*self.run.static_widths())
-
-
-GRPOTrainer = RLTrainer  # the name TRL and MindSpeed-RL users look for; the loop serves every estimator

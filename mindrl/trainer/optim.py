@@ -1,12 +1,10 @@
-"""AdamW (PyTorch semantics, bias-corrected) and the learning-rate schedule.
+"""AdamW (PyTorch semantics, bias-corrected); the learning-rate schedule is the run plan's (config/plan.py: OptimSpec).
 
 Why our own AdamW: ``nn.AdamWeightDecay`` has no bias correction, which changes the first updates of
 an RL run (where lr is tiny and warm-up matters). Its state is plain Parameters named ``adam_m.<p>``,
 ``adam_v.<p>`` and ``global_step``, so checkpoints list it explicitly.
 """
 from __future__ import annotations
-
-import math
 
 import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
@@ -54,21 +52,6 @@ _adamw_update = ops.MultitypeFuncGraph("adamw_update")
 def _adamw_one(fused, beta1, beta2, lr, eps, decay_scale, decay, p, m, v, g):
     fused(p, m, v, lr, beta1, beta2, eps, decay * decay_scale, g)
     return True  # not the kernel's outputs: returned, they would be copied out of the graph (3x the model)
-
-
-def lr_at(step: int, *, lr: float, min_lr: float, warmup: int, total: int, style: str) -> float:
-    """Learning rate for optimizer step ``step`` (0-based): linear warm-up, then constant/cosine/linear decay."""
-    if warmup > 0 and step < warmup:
-        return lr * (step + 1) / warmup
-    if style == "constant":
-        return lr
-    span = max(1, total - warmup)
-    frac = min(1.0, max(0.0, (step - warmup) / span))
-    if style == "cosine":
-        return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * frac))
-    if style == "linear":
-        return lr + (min_lr - lr) * frac
-    raise ValueError(f"lr_decay_style {style!r} is not one of constant, cosine, linear")
 
 
 def zeros_like_params(params, prefix):

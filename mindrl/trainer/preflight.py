@@ -11,28 +11,37 @@ directories that cannot be written or cannot hold one checkpoint. Every problem 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from typing import List
 
 import numpy as np
 
 from mindrl.config import ConfigError
+from mindrl.data.reader import PTX_COLUMNS, mindrecord_columns, prompt_stats
+from mindrl.data.tokenizer import TokenizerError, load_tokenizer
+from mindrl.models.config import ModelConfigError, load_model_config, reward_statistics
+from mindrl.models.convert import expected_tensors
+from mindrl.models.safetensors_io import CheckpointError
+from mindrl.models.weights import TensorSource, is_training_checkpoint, resolve, verify_checkpoint, weights_path
+from mindrl.parallel.topology import launch_topology
+from mindrl.trainer import checkpoint as ck
+from mindrl.trainer.checkpointer import resume_keys
+from mindrl.trainer.evaluation import EvalSetError, load_eval_set
 
 
 def _head_model_tensors(config) -> dict:
     """Name -> shape of a sequence-classification model (value or reward): the backbone and a [1, hidden] head."""
-    from mindrl.models.convert import expected_tensors
     out = {k: v for k, v in expected_tensors(config).items() if k != "lm_head.weight"}
     out["score.weight"] = (1, config.hidden_size)
     return out
 
 
 def _check_shapes(lines: List[str], key: str, path: str, want: dict, need_head: bool, role: str = "policy") -> None:
-    from mindrl.models.safetensors_io import CheckpointError
-    from mindrl.models.weights import TensorSource, weights_path
     if os.path.isfile(path) and path.endswith(".ckpt"):
         return  # a MindSpore .ckpt is read only by MindSpore; load_into checks it while loading
     try:
-        src = TensorSource(weights_path(path, role, verify=True))
+        src = TensorSource(weights_path(path, role, verify=True, key=key))
     except CheckpointError as err:
         lines.append(f"{key}: {err}")
         return
@@ -55,9 +64,7 @@ def _check_shapes(lines: List[str], key: str, path: str, want: dict, need_head: 
 def preflight(cfg, source: str = "<config>") -> None:
     """Raise ConfigError naming the key and file of everything found wrong. Runs once per config object (the
     CLI checks before it sets up anything, and the trainer, which the Python API builds directly, checks too)."""
-    from mindrl.models.config import ModelConfigError, load_model_config
-    from mindrl.parallel.topology import launch_topology
-    if getattr(cfg, "_preflight_passed", False):
+    if cfg.meta.files_checked:
         return
     launch = launch_topology()  # preflight runs before the run's topology (and communication) exists
     lines: List[str] = []
@@ -70,6 +77,8 @@ def preflight(cfg, source: str = "<config>") -> None:
             return None
 
     policy = model("actor_config.model", cfg.actor_config.model)
+    if policy is not None:
+        _check_memory(lines, policy)
     rm, critic = cfg.reward_config, cfg.critic_config
     if rm is not None:
         rm_model = model("reward_config.model", rm.model) if rm.model else None
@@ -81,7 +90,6 @@ def preflight(cfg, source: str = "<config>") -> None:
         if rm_model is not None:
             _check_shapes(lines, "reward_config.load", rm.load, _head_model_tensors(rm_model), need_head=True)
         if rm.normalize:
-            from mindrl.trainer.roles.reward_model import reward_statistics
             if reward_statistics(rm.load) is None:
                 lines.append(f"reward_config.normalize: {rm.load!r} stores no reward mean/std in its config.json "
                              f"(`mindrl train-rm` writes them); set normalize: false")
@@ -95,37 +103,33 @@ def preflight(cfg, source: str = "<config>") -> None:
                           role="critic")
     ptx = cfg.data.ptx_path if cfg.rl_config.pretrain_coef > 0 else None
     if ptx is not None:
-        from mindrl.data.reader import mindrecord_columns
-        from mindrl.trainer.ptx import PTX_COLUMNS
         missing = [c for c in PTX_COLUMNS if c not in mindrecord_columns(ptx)]
         if missing:
-            key = "data.ptx_path" if "data.ptx_path" in getattr(cfg, "_explicit", ()) else "rl_config.pretrain_coef"
+            key = "data.ptx_path" if "data.ptx_path" in cfg.meta.explicit else "rl_config.pretrain_coef"
             lines.append(f"{key}: {ptx!r} has no {' or '.join(missing)} column: PPO-ptx trains on SFT rows "
                          f"(`mindrl preprocess` with handler_name sft, or rlhf_data.py); set data.ptx_path to such a "
                          f"file")
-    _check_checkpoints(lines, cfg, policy)
+    resumed = _check_checkpoints(lines, cfg, policy)
+    _check_reference(lines, cfg, policy)
     if policy is not None:
         _check_lengths(lines, cfg, policy)
     _check_outputs(lines, cfg, policy, launch.world)
     # the datasets are read last, and only when all else is well: reading them imports MindSpore (about 2 s), and
     # msrun's scheduler process, which stops at init(), leaves them to the workers
     if not lines and policy is not None and not launch.scheduler:
-        _check_data(lines, cfg, policy)
+        _check_data(lines, cfg, policy, resumed)
     if lines:
         lines = [f"{source}: {line}" for line in dict.fromkeys(lines)]  # one damaged file can fail two checks
         raise ConfigError("\n".join(lines), lines)
-    cfg._preflight_passed = True
+    cfg.meta.files_checked = True
 
 
-def _check_checkpoints(lines: List[str], cfg, policy) -> None:
+def _check_checkpoints(lines: List[str], cfg, policy) -> dict:
     """Every checkpoint the run will read matches its manifest (sizes and checksums), and the policy's tensors
-    fit its model config. A damaged newest checkpoint is named with the newest intact one before it."""
-    from mindrl.models.safetensors_io import CheckpointError
-    from mindrl.models.weights import is_training_checkpoint, resolve, verify_checkpoint
-    from mindrl.trainer import checkpoint as ck
+    fit its model config. A damaged newest checkpoint is named with the newest intact one before it. Returns what
+    the run being resumed recorded of its data (``_check_data`` compares the dataset with it), else {}."""
     actor = cfg.actor_config
     if actor.load and policy is not None:
-        from mindrl.models.convert import expected_tensors
         _check_shapes(lines, "actor_config.load", actor.load, expected_tensors(policy), need_head=False)
     if actor.load and not actor.finetune:
         try:
@@ -133,30 +137,75 @@ def _check_checkpoints(lines: List[str], cfg, policy) -> None:
             if not is_training_checkpoint(directory):
                 lines.append(f"actor_config.finetune: false resumes a run, but {actor.load} is not a mindrl training "
                              f"checkpoint (no {ck.TRAINER_STATE}); set finetune: true to start from these weights")
-                return
-            ck.load_trainer_state(directory)
+                return {}
+            state = ck.load_trainer_state(directory)
+            step = state["step"]
+            _check_resumed_keys(lines, cfg, state, directory)
+            if step > cfg.rl_config.train_iters:
+                lines.append(f"actor_config.load: {os.path.join(directory, ck.TRAINER_STATE)}: step {step} is beyond "
+                             f"rl_config.train_iters={cfg.rl_config.train_iters}: nothing is left to train; raise "
+                             f"rl_config.train_iters, or load an earlier checkpoint")
             trained = [("policy", actor)] + ([("critic", cfg.critic_config)] if cfg.critic_config is not None else [])
             for role, section in trained:
                 if not section.no_load_optim:  # each role restores its optimizer unless its own section says no
                     part = ck.role_dir(directory, role)
                     verify_checkpoint(directory, lambda rel, p=part: os.path.join(directory, rel) ==
                                       os.path.join(p, ck.OPTIMIZER))
+            return state.get("data") or {}
         except CheckpointError as err:
             lines.append(f"actor_config.load: {err}")
-    ref = cfg.ref.ref_model_load_path
-    if ref and cfg.rl_config.kl_coef > 0:  # the trainer builds a reference model exactly then
-        from mindrl.models.config import ModelConfigError, load_model_config
-        from mindrl.models.convert import expected_tensors
-        try:
-            _check_shapes(lines, "ref.ref_model_load_path", ref, expected_tensors(load_model_config(cfg.ref.model)),
-                          need_head=False)
-        except ModelConfigError as err:
-            lines.append(f"ref.model: {err}")
+    return {}
+
+
+def _check_reference(lines: List[str], cfg, policy) -> None:
+    """The reference model (built when rl_config.kl_coef > 0) reads the policy's token ids, so it has the policy's
+    vocabulary, and the weights it is given fit its model config."""
+    if cfg.rl_config.kl_coef <= 0 or policy is None:
+        return
+    try:
+        reference = load_model_config(cfg.ref.model)
+    except ModelConfigError as err:
+        lines.append(f"ref.model: {err}")
+        return
+    if reference.vocab_size != policy.vocab_size:
+        lines.append(f"ref.model: {cfg.ref.model} has vocab_size {reference.vocab_size}, the policy "
+                     f"{policy.vocab_size}; the KL compares the two token by token")
+    if cfg.ref.ref_model_load_path:
+        _check_shapes(lines, "ref.ref_model_load_path", cfg.ref.ref_model_load_path, expected_tensors(reference),
+                      need_head=False)
+
+
+def _check_memory(lines: List[str], policy) -> None:
+    """A model whose float32 weights alone do not fit in this machine's memory cannot run here (a typo such as
+    vocab_size: 100000000000000 would otherwise fail with a MemoryError after a long build). Device memory on Ascend or
+    GPU is not known before MindSpore starts, so only host memory is checked, where the CPU backend keeps everything."""
+    params = sum(int(np.prod(shape)) for shape in expected_tensors(policy).values())
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if 4 * params > total:
+        lines.append(f"actor_config.model: {policy.source}: {params:,} parameters take {4 * params / 2**30:,.1f} GiB in "
+                     f"float32, more than this machine's {total / 2**30:.1f} GiB of memory; check its sizes")
+
+
+def _check_resumed_keys(lines: List[str], cfg, state: dict, directory: str) -> None:
+    """A resume continues the run it names: the keys that decide its prompts and samples must be the ones it ran
+    with (a checkpoint saved before they were recorded is not checked)."""
+    saved = state.get("resume_keys") or {}
+    now = resume_keys(cfg)
+    rng_keys = ("runtime.seed", "generate_config.seed")  # a fresh RNG (no_load_rng) may have a new seed
+    for key, value in now.items():
+        if key in rng_keys and cfg.actor_config.no_load_rng and cfg.data.seed == saved.get("data.seed"):
+            continue
+        if key in saved and saved[key] != value:
+            lines.append(f"{key}: {value!r}, but the run {directory} resumes ran with {saved[key]!r}: a resume continues "
+                         f"the same prompts and samples; set it back, or start a new run from these weights "
+                         f"(actor_config.finetune=true actor_config.load={directory})")
 
 
 def _check_lengths(lines: List[str], cfg, policy) -> None:
     """The tokenizer's ids fit the model's embedding; prompt plus response fit the model's context."""
-    from mindrl.data.tokenizer import TokenizerError, load_tokenizer
     gen = cfg.generate_config
     total = gen.max_prompt_length + gen.max_tokens
     if total > policy.max_position_embeddings:
@@ -177,10 +226,9 @@ def _check_lengths(lines: List[str], cfg, policy) -> None:
 _DATA_STATS = {}  # (path, size, mtime) -> prompt_stats: a file is scanned once per process
 
 
-def _check_data(lines: List[str], cfg, policy) -> None:
+def _check_data(lines: List[str], cfg, policy, resumed: dict) -> None:
     """Every prompt of the training (and held-out) set fits max_prompt_length and the model's vocabulary: a row
     that does not would otherwise stop the run when its batch is drawn, hours in, or train on garbage."""
-    from mindrl.data.reader import prompt_stats
     gen = cfg.generate_config
     sets = [("data.path", cfg.data.path)]
     if cfg.eval.path and cfg.eval.path.endswith(".mindrecord"):
@@ -196,6 +244,16 @@ def _check_data(lines: List[str], cfg, policy) -> None:
             lines.append(f"{key}: cannot read prompts ({cfg.data.prompt_key!r}) from {path}: {err}".splitlines()[0])
             continue
         _DATA_STATS[cache_key] = stats
+        rows = resumed.get("num_samples") if key == "data.path" else None
+        if rows is not None and rows != stats["rows"]:
+            lines.append(f"data.path: {path} holds {stats['rows']} prompts, but the run being resumed read a file of "
+                         f"{rows}: a resume continues the same order; give that file, or start a new run from the "
+                         f"checkpoint's weights (actor_config.finetune=true)")
+        need = cfg.rl_config.gen_batch_size or cfg.rl_config.global_batch_size
+        if key == "data.path" and stats["rows"] < need:
+            lines.append(f"data.path: {path} holds {stats['rows']} prompts, fewer than one generation batch of {need} "
+                         f"(rl_config.{'gen_batch_size' if cfg.rl_config.gen_batch_size else 'global_batch_size'}); "
+                         f"lower it or give more data")
         if stats["longest"] > gen.max_prompt_length:
             lines.append(f"{key}: {path} row {stats['longest_row']} has a {stats['longest']}-token prompt, longer than "
                          f"generate_config.max_prompt_length={gen.max_prompt_length}: raise it, or preprocess with "
@@ -208,11 +266,10 @@ def _check_data(lines: List[str], cfg, policy) -> None:
 def _check_jsonl_eval_set(lines: List[str], cfg, policy) -> None:
     """A .jsonl held-out set is tokenized now (the evaluator reuses it): a row that cannot be read or tokenized is
     named by file and line, and its prompts must fit max_prompt_length and the vocabulary like the training set's."""
-    from mindrl.trainer.evaluation import EvalSetError, load_eval_set
-    from mindrl.data.preprocess import PreprocessError
+    from mindrl.data.preprocess import PreprocessError  # here: half a second (tokenizers, jinja) for one class
     ev, gen = cfg.eval, cfg.generate_config
     try:
-        prompts, _ = load_eval_set(ev.path, cfg.data.prompt_key, cfg.data.label_key, ev.num_samples,
+        prompts, _ = load_eval_set(ev.path, cfg.data.prompt_key, cfg.data.label_key, None,  # every row, not a subset
                                    cfg.actor_config.tokenizer_name_or_path, ev.dataset_config)
     except (EvalSetError, PreprocessError) as err:
         lines.append(f"eval.path: {err}" if isinstance(err, EvalSetError) else f"eval.dataset_config: {err}")
@@ -233,8 +290,6 @@ def _check_jsonl_eval_set(lines: List[str], cfg, policy) -> None:
 def checkpoint_bytes(cfg, policy, world: int) -> int:
     """About how many bytes one checkpoint of this run takes on ``world`` ranks: per trained role, fp32 weights and
     two Adam moments, plus every rank's own shards on a multi-rank run."""
-    from mindrl.models.convert import expected_tensors
-    from mindrl.models.config import load_model_config
     configs = [policy] + ([load_model_config(cfg.critic_config.model)] if cfg.critic_config is not None else [])
     params = sum(int(np.prod(shape)) for c in configs for shape in expected_tensors(c).values())
     return 12 * params * (1 + (world if world > 1 else 0))
@@ -243,7 +298,6 @@ def checkpoint_bytes(cfg, policy, world: int) -> int:
 def _check_outputs(lines: List[str], cfg, policy, world: int) -> None:
     """The run can write where it will write (save, log_dir), and save can hold one checkpoint: found now, not at
     the first save (with save_interval 0, after the whole run)."""
-    from mindrl.models.config import ModelConfigError
     targets = [("logging.log_dir", cfg.logging.log_dir, 1 << 20)]
     if cfg.actor_config.save:
         try:
@@ -259,8 +313,6 @@ def _check_outputs(lines: List[str], cfg, policy, world: int) -> None:
 
 def writable_problem(path: str, need: int = 0) -> str:
     """Why ``path`` (a directory, created later if missing) cannot take ``need`` bytes of new files; "" if it can."""
-    import shutil
-    import tempfile
     probe_dir = os.path.abspath(path)
     while not os.path.exists(probe_dir):
         probe_dir = os.path.dirname(probe_dir)

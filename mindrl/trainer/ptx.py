@@ -16,34 +16,27 @@ chunk's token count as denominator on every replica, so data-parallel sums are e
 from __future__ import annotations
 
 import numpy as np
-import mindspore as ms
-from mindspore import Tensor, nn, ops
+from mindspore import nn, ops
 
-from mindrl.models.scoring import LogProbsAndEntropy
-
-PTX_COLUMNS = ("pretrain_ids", "loss_mask")
+from mindrl.data.reader import PTX_COLUMNS, PromptDataset
+from mindrl.trainer.context import bucket
+from mindrl.trainer.sft import NextTokenNLL
+from mindrl.trainer.updater import AccumulateGrad
 
 
 class PtxLossCell(nn.Cell):
-    """(ids [B, W], loss_mask [B, W], denominator) -> (pretrain_coef * nll, nll): nll is the masked sum of the
-    next-token negative log-likelihood divided by the denominator (the chunk's masked token count).
-
-    Rows are right-padded, so a causal model's real tokens never attend to the padding: no attention mask needed.
-    """
+    """(sft_ids [B, W], sft_mask [B, W], denominator) -> (pretrain_coef * nll, nll): nll is the masked next-token
+    negative log-likelihood (trainer/sft.py) over the chunk's masked token count."""
 
     METRICS = (("ptx_loss", "sum"),)
 
     def __init__(self, lm, pretrain_coef: float):
         super().__init__(auto_prefix=False)
-        self.lm = lm
+        self.nll = NextTokenNLL(lm)
         self.coef = float(pretrain_coef)
-        self.stats = LogProbsAndEntropy(lm.tp)
 
-    def construct(self, input_ids, loss_mask, denom):
-        h = self.lm.model(input_ids, ops.ones_like(input_ids))[:, :-1]
-        log_prob, _ = self.stats(self.lm.head(h), input_ids[:, 1:])
-        mask = loss_mask[:, 1:].astype(ms.float32)
-        nll = -(log_prob * mask).sum() / denom
+    def construct(self, sft_ids, sft_mask, denom):
+        nll = self.nll(sft_ids, sft_mask, denom)
         return self.coef * nll, ops.stop_gradient(nll)
 
 
@@ -59,31 +52,23 @@ def ptx_rows(batch: dict, width: int, pad_id: int) -> tuple:
     return ids, mask
 
 
-def ptx_chunks(rl) -> int:
-    """How many pieces a step's ptx rows are split into: one per mini-batch."""
-    return rl.global_batch_size * rl.n_samples_per_prompt // rl.mini_batch_size
-
-
 class PtxTerm:
     """The supervised term of one run: its data stream, loss cell and accumulation graph (sharing the actor's
     gradient buffers). ``begin_step`` reads the step's rows; ``run(k, count)`` adds mini-batch k of count."""
 
     def __init__(self, run, lm, params, accum):
-        from mindrl.data.reader import PromptDataset
-        from mindrl.trainer.context import bucket
-        from mindrl.trainer.updater import AccumulateGrad
-        cfg, rl, gen = run.cfg, run.cfg.rl_config, run.cfg.generate_config
+        plan, ro = run.plan, run.plan.rollout
         self.run, self.layout = run, run.topo.train
         # the actor's widest train sequence, within the model's positions; longer rows are cut to it
-        self.width = min(bucket(gen.max_prompt_length) + bucket(gen.max_tokens, 4),
+        self.width = min(bucket(ro.max_prompt_length) + bucket(ro.max_tokens, 4),
                          run.model_config.max_position_embeddings)
         # every rank reads the whole global batch (no sharding): denominators and replica shares then need no
         # communication, and a data-parallel run sums to exactly the single-process gradient
-        self.stream = PromptDataset(cfg.data.ptx_path, batch_size=rl.global_batch_size, seed=cfg.data.seed,
-                                    shuffle=cfg.data.shuffle, columns=list(PTX_COLUMNS))
-        self.cell = PtxLossCell(lm, rl.pretrain_coef)
+        self.stream = PromptDataset(ro.ptx_path, batch_size=plan.batch.prompts, seed=ro.data_seed,
+                                    shuffle=ro.shuffle, columns=list(PTX_COLUMNS))
+        self.cell = PtxLossCell(lm, plan.schedule.pretrain_coef)
         self.accumulate = AccumulateGrad(self.cell, params, accum=accum)
-        self.micro_batch = rl.micro_batch_size
+        self.micro_batch = plan.batch.micro_batch
         self.metrics = tuple(self.cell.METRICS)
         self._it = None
         self.ids = self.mask = None
@@ -105,16 +90,13 @@ class PtxTerm:
         total = np.zeros(len(self.metrics))
         for u0 in range(0, len(mine), micro):
             r = mine[u0:u0 + micro]
-            outs = self.accumulate(Tensor(self.ids[r]), Tensor(self.mask[r]), Tensor(np.float32(denom)))
-            total += [float(o.asnumpy()) for o in outs[1:]]
+            total += self.accumulate.run({"sft_ids": self.ids[r], "sft_mask": self.mask[r]}, denom)[1:]
         return total
 
     def compile(self) -> None:
-        rl = self.run.cfg.rl_config
-        chunk_rows = rl.global_batch_size // ptx_chunks(rl)
+        chunk_rows = self.run.plan.batch.ptx_rows_per_update
         micro = min(self.micro_batch, chunk_rows // self.layout.dp)
-        ids = np.full((micro, self.width), self.run.pad_id, np.int32)
-        self.accumulate.compile(Tensor(ids), Tensor(np.zeros_like(ids)), Tensor(np.float32(1.0)))
+        self.accumulate.compile_for(micro, self.width, 0)
 
     def state_dict(self) -> dict:
         return self.stream.state_dict()

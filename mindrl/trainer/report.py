@@ -2,19 +2,21 @@
 drawn, several overlaid): ``mindrl plot RUN_DIR... [-o out.png]``, and ``report.png`` + ``report.md`` written into
 the run directory when a run ends.
 
-Panels: the training score; held-out metrics (eval/*); KL; entropy; response length; where a step's time goes.
-Only metrics a run logged are drawn (a GRPO run has no critic panel, a run without eval no held-out one).
+The panels (plot.py): an RL run's training score, held-out metrics (eval/*), KL, entropy, response length and
+where a step's time goes; a PPO run's also the critic's value loss and explained variance; a `mindrl train-rm`
+run's rm/* metrics; a `mindrl sft` run's sft/* metrics; a `mindrl dpo` run's dpo/*, rewards/* and logps/*
+metrics. Only metrics a run logged are drawn.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
 from typing import Dict, List, Optional, Sequence
 
-SCORE_KEYS = ("grpo/score/mean", "critic/score/mean")
-KL_KEYS = ("actor/kl_loss", "actor/reward_kl_penalty", "actor/ppo_kl")
-TIMING_ORDER = ("rollout", "rule_reward", "reward_model", "old_log_p", "reference_model", "critic_model", "adv",
-                "update_critic", "update", "reshard_to_infer")
+from mindrl.io import write_text
+from mindrl.trainer.plot import HELD_OUT_MARK, SCORE_KEYS, Run, config_labels, draw, kind_of, series
 
 
 def read_rows(run_dir: str) -> List[dict]:
@@ -30,11 +32,6 @@ def read_rows(run_dir: str) -> List[dict]:
             except ValueError:
                 continue
     return sorted(out, key=lambda r: r.get("step", 0))
-
-
-def series(rows: Sequence[dict], key: str):
-    pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-    return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def run_label(run_dir: str) -> str:
@@ -71,114 +68,72 @@ def default_output(run_dirs: Sequence[str]) -> str:
 
 
 def plot_runs(run_dirs: Sequence[str], out: str, title: Optional[str] = None) -> str:
-    """Draw the runs' metrics into one PNG at ``out`` (several runs: one colour each). Returns ``out``."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    runs = [(run_label(d), read_rows(d)) for d in unique_runs(run_dirs)]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    ax = dict(zip(("score", "eval", "kl", "entropy", "length", "time"), axes.ravel()))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (label, rows) in enumerate(runs):
-        c = colours[i % len(colours)]
-        tag = f"{label}: " if len(runs) > 1 else ""
-        score = next((k for k in SCORE_KEYS if any(k in r for r in rows)), None)
-        if score:
-            ax["score"].plot(*series(rows, score), color=c, label=f"{tag}{score}")
-        x, y = series(rows, "critic/rewards/mean")  # PPO: the token rewards' mean, KL penalty included
-        if any("critic/values/mean" in r for r in rows) and x:
-            ax["score"].plot(x, y, color=c, ls=":", label=f"{tag}critic/rewards/mean")
-        eval_keys = sorted({k for r in rows for k in r if k.startswith("eval/") and k.endswith("/mean")})
-        for j, key in enumerate(eval_keys):
-            x, y = series(rows, key)
-            ax["eval"].plot(x, y, color=c, marker="o", ms=3, ls=("-", "--", ":", "-.")[j % 4], label=f"{tag}{key}")
-        for j, key in enumerate(KL_KEYS):
-            x, y = series(rows, key)
-            if x and any(v != 0 for v in y):
-                ax["kl"].plot(x, y, color=c, ls=("-", "--", ":")[j], label=f"{tag}{key}")
-        x, y = series(rows, "actor/entropy")
-        ax["entropy"].plot(x, y, color=c, label=f"{tag}actor/entropy")
-        x, y = series(rows, "response_length/mean")
-        ax["length"].plot(x, y, color=c, label=f"{tag}response_length/mean")
-        lo, hi = series(rows, "response_length/min")[1], series(rows, "response_length/max")[1]
-        if len(lo) == len(x) == len(hi) and x:
-            ax["length"].fill_between(x, lo, hi, color=c, alpha=0.12)
-        if len(runs) == 1:
-            _timing_stack(ax["time"], rows)
-        else:
-            x, y = series(rows, "e2e_tps")
-            ax["time"].plot(x, y, color=c, label=f"{tag}e2e_tps")
-    titles = {"score": "training score (per step)", "eval": "held-out (greedy)", "kl": "KL",
-              "entropy": "entropy", "length": "response length (tokens; band: min-max)",
-              "time": "seconds per step, by stage" if len(runs) == 1 else "e2e tokens/s"}
-    for name, a in ax.items():
-        a.set_title(titles[name], fontsize=10)
-        a.set_xlabel("step", fontsize=8)
-        a.tick_params(labelsize=8)
-        a.grid(alpha=0.3)
-        if a.get_legend_handles_labels()[0]:
-            a.legend(fontsize=7, loc="best")
-        else:
-            a.text(0.5, 0.5, "not logged by this run", ha="center", va="center", transform=a.transAxes, color="grey")
-    fig.suptitle(title or ", ".join(label for label, _ in runs), fontsize=11)
-    fig.tight_layout()
-    from mindrl.io import atomic_path
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with atomic_path(out, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=90, format="png")
-    plt.close(fig)
-    return out
-
-
-def _timing_stack(a, rows) -> None:
-    keys = [k for k in TIMING_ORDER if any(f"timing/{k}" in r for r in rows)]
-    keys += sorted({k[7:] for r in rows for k in r if k.startswith("timing/")} - set(keys) - {"all"})
-    steps = [r["step"] for r in rows if "timing/all" in r]
-    if not steps:
-        return
-    train = [r for r in rows if "timing/all" in r]
-    base = [0.0] * len(train)
-    for k in keys:
-        vals = [float(r.get(f"timing/{k}", 0.0)) for r in train]
-        if not any(vals):
-            continue
-        top = [b + v for b, v in zip(base, vals)]
-        a.fill_between(steps, base, top, step="mid", alpha=0.7, label=k)
-        base = top
-    total = [r["timing/all"] for r in train]
-    a.plot(steps, total, color="black", lw=0.8, label="all")
-    if len(total) > 2:  # the first step compiles every graph: keep the scale for the steady ones
-        steady = sorted(total[1:])
-        a.set_ylim(0, steady[int(0.98 * (len(steady) - 1))] * 1.25)
-        a.annotate(f"step {steps[0]}: {total[0]:.1f} s (compiling)", xy=(0.02, 0.95), xycoords="axes fraction",
-                   fontsize=7, va="top")
+    """Draw the runs' metrics into one PNG at ``out`` (plot.py: one run's panels, or several overlaid, each named by
+    what differs in its config). Returns ``out``."""
+    dirs = unique_runs(run_dirs)
+    names = [run_label(d) for d in dirs]
+    labels = config_labels(dirs, names) if len(dirs) > 1 else names
+    return draw([Run(label, read_rows(d), d) for label, d in zip(labels, dirs)], out, title)
 
 
 def summarize(rows: Sequence[dict]) -> Dict[str, object]:
-    """The facts report.md and the end-of-run line give: steps, time, score at start and end, held-out results."""
-    train = [r for r in rows if "timing/all" in r]
-    out: Dict[str, object] = {"steps": len(train), "last_step": train[-1]["step"] if train else 0,
-                              "train_seconds": round(sum(r["timing/all"] for r in train), 1)}
-    for key in SCORE_KEYS:
+    """The facts report.md and the end-of-run line give: steps, time, score at start and end, held-out results (for
+    a train-rm run: its training batches' accuracy and the held-out pairs' rm/* values; for an sft run: its training
+    batches' loss and the held-out loss, best = lowest)."""
+    kind = kind_of(rows)
+    if kind == "dpo":
+        return _summarize_dpo(rows)
+    offline = kind in HELD_OUT_MARK
+    train_key = {"rm": "rm/loss", "sft": "sft/loss"}.get(kind, "timing/all")
+    train = [r for r in rows if train_key in r and HELD_OUT_MARK.get(kind) not in r]
+    out: Dict[str, object] = {"steps": len(train), "last_step": train[-1]["step"] if train else 0}
+    if not offline:
+        out["train_seconds"] = round(sum(r["timing/all"] for r in train), 1)
+    for key in {"rm": ("rm/accuracy",), "sft": ("sft/loss",)}.get(kind, SCORE_KEYS):
         x, y = series(train, key)
         if y:
             k = max(1, len(y) // 10)  # means over the first and last tenth: single steps are noisy
             out["score_key"], out["score_first"], out["score_last"] = key, sum(y[:k]) / k, sum(y[-k:]) / k
             break
-    for key in sorted({k for r in rows for k in r if k.startswith("eval/") and k.endswith("/mean")}):
-        x, y = series(rows, key)
-        best = max(range(len(y)), key=lambda i: y[i])
-        out.setdefault("eval", {})[key] = {"first": y[0], "first_step": x[0], "last": y[-1], "last_step": x[-1],
-                                           "best": y[best], "best_step": x[best]}
-    if train:
+    held_out = [r for r in rows if HELD_OUT_MARK[kind] in r] if offline else rows
+    keys = {"rm": ("rm/accuracy", "rm/margin_mean"), "sft": ("sft/eval_loss",)}.get(kind) or sorted(
+        {k for r in rows for k in r if k.startswith("eval/") and k.endswith("/mean")})
+    lower_is_better = kind == "sft"
+    for key in keys:
+        x, y = series(held_out, key)
+        if not y:
+            continue
+        best = (min if lower_is_better else max)(range(len(y)), key=lambda i: y[i])
+        out.setdefault("eval", {})[f"held-out {key}" if kind == "rm" else key] = {
+            "first": y[0], "first_step": x[0], "last": y[-1], "last_step": x[-1], "best": y[best], "best_step": x[best]}
+    if train and not offline:
         out["e2e_tps_median"] = sorted(r["e2e_tps"] for r in train)[len(train) // 2]
         if "memory/peak_rss_gb" in train[-1]:
             out["peak_rss_gb"] = train[-1]["memory/peak_rss_gb"]
     return out
 
 
+def _summarize_dpo(rows: Sequence[dict]) -> Dict[str, object]:
+    """A `mindrl dpo` run's facts: its training batches' rewards/accuracies, the held-out pairs' (eval/*)."""
+    train = [r for r in rows if "dpo/loss" in r]
+    out: Dict[str, object] = {"steps": len(train), "last_step": train[-1]["step"] if train else 0}
+    x, y = series(train, "rewards/accuracies")
+    if y:
+        k = max(1, len(y) // 10)
+        out["score_key"], out["score_first"], out["score_last"] = "rewards/accuracies", sum(y[:k]) / k, sum(y[-k:]) / k
+    held_out = [r for r in rows if HELD_OUT_MARK["dpo"] in r]
+    for key in ("eval/rewards/accuracies", "eval/rewards/margins"):
+        x, y = series(held_out, key)
+        if y:
+            best = max(range(len(y)), key=lambda i: y[i])
+            out.setdefault("eval", {})[key] = {"first": y[0], "first_step": x[0], "last": y[-1], "last_step": x[-1],
+                                               "best": y[best], "best_step": x[best]}
+    return out
+
+
 def summary_text(s: Dict[str, object]) -> List[str]:
-    lines = [f"{s['steps']} steps (to step {s['last_step']}) in {s['train_seconds']} s of training"
+    lines = [f"{s['steps']} step{'' if s['steps'] == 1 else 's'} (to step {s['last_step']})"
+             + (f" in {s['train_seconds']} s of training" if "train_seconds" in s else "")
              + (f", median e2e_tps {s['e2e_tps_median']:.1f}" if "e2e_tps_median" in s else "")
              + (f", peak memory {s['peak_rss_gb']:.2f} GiB" if "peak_rss_gb" in s else "")]
     if "score_key" in s:
@@ -192,7 +147,6 @@ def summary_text(s: Dict[str, object]) -> List[str]:
 
 def write_report(run_dir: str, checkpoints: Optional[str] = None) -> List[str]:
     """``report.png`` and ``report.md`` in ``run_dir``; returns the summary lines (for the console)."""
-    from mindrl.io import write_text
     rows = read_rows(run_dir)
     lines = summary_text(summarize(rows))
     png = plot_runs([run_dir], os.path.join(run_dir, "report.png"))
@@ -206,7 +160,6 @@ def write_report(run_dir: str, checkpoints: Optional[str] = None) -> List[str]:
 
 def cli_main(argv) -> int:
     """``mindrl plot RUN_DIR... [-o out.png]``."""
-    import argparse
     ap = argparse.ArgumentParser(prog="mindrl plot", description="draw the metrics of one or more runs into a PNG "
                                  "(several runs are overlaid)")
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (each holds a metrics.jsonl); "
@@ -215,7 +168,6 @@ def cli_main(argv) -> int:
                     "compared.png in the runs' common parent directory for several")
     ap.add_argument("--title", help="figure title; default: the runs' names")
     args = ap.parse_args(argv)
-    import sys
     # `mindrl plot runs/<name>/*` also matches the comparison picture an earlier plot wrote there
     pictures = [d for d in args.runs if d.endswith(".png") and os.path.isfile(d)]
     runs = [d for d in args.runs if d not in pictures]

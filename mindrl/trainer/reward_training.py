@@ -5,21 +5,28 @@
 where ``r`` is a score head on the backbone, read at each sequence's last real token. Held-out pairs give
 ``rm/accuracy`` (share of pairs ranked right), ``rm/margin_mean``, ``rm/chosen_mean`` and ``rm/rejected_mean``;
 the mean and std of all held-out rewards are stored in the saved config.json (OpenRLHF's ``mean`` / ``std``) so
-PPO can normalise scores. The output is an HF sequence-classification directory: transformers'
-AutoModelForSequenceClassification and mindrl's ``reward_config.load`` both read it.
+PPO can normalise scores. The output, ``<run dir>/model``, is an HF sequence-classification directory: transformers'
+AutoModelForSequenceClassification and mindrl's ``reward_config.load`` both read it (``runs/<name>/latest/model``
+names the newest run's). With ``rm_config.save``, checkpoints (``iter_*/reward/``, the optimizer, the data position)
+let a stopped run resume (``rm_config.finetune: false``, ``load: <checkpoint>``), as `mindrl train`'s do.
 """
 from __future__ import annotations
 
 import logging
-import os
-import sys
-import time
 
 import numpy as np
 import mindspore as ms
-from mindspore import nn, ops
+from mindspore import Tensor, nn, ops
 
+from mindrl.config.reward_training import load_reward_training_config
+from mindrl.models.safetensors_io import CheckpointError
+from mindrl.models.weights import weights_path
+from mindrl.parallel.topology import shard_rows
 from mindrl.trainer.context import bucket
+from mindrl.trainer.offline import OfflineTrainer, run_command
+from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, load_weights
+from mindrl.trainer.roles.critic import value_model_hf_config
+
 
 log = logging.getLogger("mindrl.train_rm")
 
@@ -60,102 +67,66 @@ def pad_right(seqs, length: int, pad_id: int):
     return ids, mask
 
 
-class RewardModelTrainer:
-    def __init__(self, cfg):
-        from mindrl.data.reader import PromptDataset
-        from mindrl.data.tokenizer import load_tokenizer
-        from mindrl.models.config import load_model_config
-        from mindrl.parallel.exchange import Exchange
-        from mindrl.parallel.topology import build_topology
-        from mindrl.runtime import setup_context
-        from mindrl.trainer.roles.base import build_net, load_weights
-        from mindrl.trainer.updater import Updater
-        self.cfg = cfg
-        rm, tr, d = cfg.rm_config, cfg.train, cfg.data
-        setup_context(cfg.runtime.mode, cfg.runtime.threads)
-        self.topo = build_topology({"train": (rm.tensor_model_parallel_size, None,
-                                              "rm_config.tensor_model_parallel_size")})
-        self.layout, self.exchange = self.topo.train, Exchange(self.topo.world)
-        if tr.global_batch_size % (self.layout.dp * tr.micro_batch_size):
-            raise ValueError(f"train.global_batch_size={tr.global_batch_size} must split into data parallel size "
-                             f"{self.layout.dp} x train.micro_batch_size {tr.micro_batch_size}")
-        self.tokenizer = load_tokenizer(rm.tokenizer_name_or_path)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        config = load_model_config(rm.model)
-        if rm.compute_dtype:
-            config = config.replace(compute_dtype=rm.compute_dtype)
-        self.model_config = config
-        self.net = build_net(config, "reward", self.layout, seed=cfg.runtime.seed, init=rm.load is None)
-        if rm.load is not None:
-            log.info("initial weights from %s", load_weights(self.net, rm.load, allow_missing=("score.",)))
-        grad_reduce = None
-        if self.layout.dp > 1:
-            from mindrl.parallel.comm import AllReduceSum
-            grad_reduce = AllReduceSum(self.layout.dp_group())
-        self.loss_cell = PairwiseLossCell(self.net)
-        self.updater = Updater(self.loss_cell, self.net.trainable_params(), rm, grad_reduce,
-                               (ms.int32, ms.int32, ms.int32, ms.int32, ms.float32))
-        columns = [d.chosen_key, d.rejected_key] + ([d.margin_key] if d.margin_key else [])
-        self.dataset = PromptDataset(d.path, batch_size=tr.global_batch_size // self.layout.dp,
-                                     dp_rank=self.layout.dp_rank, dp_size=self.layout.dp, seed=d.seed,
-                                     shuffle=d.shuffle, columns=columns)
-        self.total = tr.train_iters or max(1, tr.epochs * (self.dataset.samples_per_epoch // tr.global_batch_size))
-        self._eval = None
+class RewardModelTrainer(OfflineTrainer):
+    command, section, prefix, what, loss_key = "train-rm", "rm_config", "rm", "the reward model", "rm/loss"
+    role_name, rows_word = "reward", "pairs"
 
-    # -- one step ---------------------------------------------------------------------------------
-    def _batches(self):
-        while True:
-            yield from iter(self.dataset)
+    def columns(self) -> list:
+        d = self.cfg.data
+        return [d.chosen_key, d.rejected_key] + ([d.margin_key] if d.margin_key else [])
 
-    def _arrays(self, batch, rows):
+    def eval_columns(self) -> list:
+        d = self.cfg.data
+        return [d.chosen_key, d.rejected_key]  # no margin: held-out pairs are ranked, not trained on
+
+    def data_hint(self) -> str:
+        return "train-rm trains on preference pairs (`mindrl preprocess` with handler_name pairwise)"
+
+    def weights_part(self, load: str, finetune: bool) -> str:
+        """Which part of a mindrl checkpoint ``load`` gives the weights: a train-rm checkpoint's reward model, else
+        (a new run from an RL checkpoint) its policy's backbone."""
+        if not finetune:
+            return "reward"
+        try:
+            weights_path(load, "reward")
+            return "reward"
+        except CheckpointError:
+            return "policy"
+
+    def make_role(self, run):
+        return TrainedRewardModel(run, self.spec, self.pad_id)
+
+    def _arrays(self, batch, rows, margins: bool = True):
         d = self.cfg.data
         chosen = [batch[d.chosen_key][i] for i in rows]
         rejected = [batch[d.rejected_key][i] for i in rows]
         length = bucket(max(len(s) for s in chosen + rejected))
         c_ids, c_mask = pad_right(chosen, length, self.pad_id)
         r_ids, r_mask = pad_right(rejected, length, self.pad_id)
-        margin = (np.asarray([float(batch[d.margin_key][i]) for i in rows], np.float32) if d.margin_key
+        margin = (np.asarray([float(batch[d.margin_key][i]) for i in rows], np.float32) if d.margin_key and margins
                   else np.zeros(len(rows), np.float32))
-        return [c_ids, c_mask, r_ids, r_mask, margin]
+        return {"chosen_ids": c_ids, "chosen_mask": c_mask, "rejected_ids": r_ids, "rejected_mask": r_mask,
+                "margin": margin}
 
-    def train_step(self, batch, step: int) -> dict:
-        from mindrl.trainer.optim import lr_at
-        rm, tr = self.cfg.rm_config, self.cfg.train
-        warmup = int(round(rm.lr_warmup_fraction * self.total)) if rm.lr_warmup_fraction else rm.lr_warmup_iters
-        lr = lr_at(step, lr=rm.lr, min_lr=rm.min_lr, warmup=warmup, total=self.total, style=rm.lr_decay_style)
-        n = len(batch[self.cfg.data.chosen_key])
-        acc = np.zeros(len(self.updater.metrics))
-        for u0 in range(0, n, tr.micro_batch_size):
-            outs = self.updater.micro_step(self._arrays(batch, range(u0, min(n, u0 + tr.micro_batch_size))),
-                                           tr.global_batch_size)
-            acc += outs[1:]
-        if self.topo.world > 1:
-            acc = self.exchange.all_sum(acc) / self.layout.tp
-        out = {f"rm/{name}": float(v) for (name, _), v in zip(self.updater.metrics, acc)}
-        out["rm/grad_norm"] = self.updater.apply(lr)
-        out["rm/lr"] = lr
-        return out
+    def line(self, metrics: dict) -> str:
+        return f"loss={metrics['rm/loss']:.4f}  accuracy={metrics['rm/accuracy']:.3f}"
+
+    def postfix(self, metrics: dict) -> dict:
+        return {"loss": f"{metrics['rm/loss']:.3f}", "acc": f"{metrics['rm/accuracy']:.2f}"}
 
     # -- held-out pairs ------------------------------------------------------------------------------------
     def evaluate(self) -> dict:
         """Pairwise accuracy and reward statistics on eval.path; every rank gets the same numbers."""
-        from mindspore import Tensor
-        from mindrl.parallel.topology import shard_rows
-        ev, d, tr = self.cfg.eval, self.cfg.data, self.cfg.train
-        if self._eval is None:
-            import mindspore.dataset as mds
-            columns = [d.chosen_key, d.rejected_key] + ([d.margin_key] if d.margin_key else [])
-            rows = list(mds.MindDataset(ev.path, columns_list=columns, shuffle=False).create_dict_iterator(
-                output_numpy=True, num_epochs=1))[:ev.num_samples]
-            self._eval = {k: [np.asarray(r[k]) for r in rows] for k in columns}
-        pairs = len(self._eval[d.chosen_key])
+        d, tr = self.cfg.data, self.cfg.train
+        held_out = self._eval_rows()
+        pairs = len(held_out[d.chosen_key])
         mine = range(pairs)[shard_rows(pairs - pairs % self.layout.dp, self.layout)]
         scores = []
         self.net.set_train(False)
         for s in range(0, len(mine), tr.micro_batch_size):
-            c_ids, c_mask, r_ids, r_mask, _ = self._arrays(self._eval, mine[s:s + tr.micro_batch_size])
-            rc = self.net(Tensor(c_ids), Tensor(c_mask)).asnumpy()
-            rr = self.net(Tensor(r_ids), Tensor(r_mask)).asnumpy()
+            a = self._arrays(held_out, mine[s:s + tr.micro_batch_size], False)
+            rc = self.net(Tensor(a["chosen_ids"]), Tensor(a["chosen_mask"])).asnumpy()
+            rr = self.net(Tensor(a["rejected_ids"]), Tensor(a["rejected_mask"])).asnumpy()
             scores.append(np.stack([rc, rr], 1))
         self.net.set_train(True)
         both = self.exchange.from_each(np.concatenate(scores).astype(np.float32), self.layout).astype(np.float64)
@@ -165,95 +136,36 @@ class RewardModelTrainer:
                 "rm/reward_mean": float(both.mean()), "rm/reward_std": float(both.std(ddof=1)),
                 "rm/num_pairs": int(len(both))}
 
-    # -- the run ------------------------------------------------------------------------------------------
-    def fit(self) -> dict:
-        from mindrl.io import write_text
-        from mindrl.trainer.metrics import MetricsLogger
-        from mindrl.trainer.run_dir import set_up_run_dir
-        cfg, main = self.cfg, self.topo.is_main
-        lg, ev = cfg.logging, cfg.eval
-        set_up_run_dir(lg, main, self.exchange, checkpoints=cfg.rm_config.save)
-        logger = MetricsLogger(lg.log_dir, lg.jsonl, lg.tensorboard, enabled=main)
-        if main:
-            write_text(os.path.join(lg.log_dir, "config.yaml"), _to_yaml(cfg))
-        summary = {}
-        if ev.path:
-            summary["eval_before"] = self.evaluate()
-            logger.log(0, summary["eval_before"])
-            _say(main, "eval before training: " + _fmt(summary["eval_before"]))
-        from mindrl.trainer.metrics import progress_bar
-        bar = progress_bar(self.total, "train-rm", lg.progress_bar and main)
-        batches, started = self._batches(), time.perf_counter()
-        for step in range(self.total):
-            metrics = self.train_step(next(batches), step)
-            done = step + 1
-            if ev.path and ev.interval and done % ev.interval == 0 and done < self.total:
-                metrics.update(self.evaluate())
-            logger.log(done, metrics)
-            bar.update(1)
-            bar.set_postfix({"loss": f"{metrics['rm/loss']:.3f}", "acc": f"{metrics['rm/accuracy']:.2f}"})
-            if main and (done % lg.log_interval == 0 or done == self.total):
-                bar.write(f"step {done}/{self.total}  loss={metrics['rm/loss']:.4f}  "
-                          f"accuracy={metrics['rm/accuracy']:.3f}  ({time.perf_counter() - started:.0f} s)")
-            summary["last"] = metrics
-        bar.close()
-        if ev.path:
-            summary["eval_after"] = self.evaluate()
-            logger.log(self.total, summary["eval_after"])
-            _say(main, "eval after training: " + _fmt(summary["eval_after"]))
-        self.save(summary.get("eval_after"))
-        logger.close()
-        return summary
+    def finished(self, summary: dict) -> None:
+        self.role.stats = summary.get("eval_after")  # the held-out mean/std, stored for PPO's normalize
 
-    def save(self, stats=None) -> str:
-        """Gather the weights and write the HF sequence-classification directory (main rank), atomically."""
-        from mindrl.io import atomic_path
-        from mindrl.trainer.roles.base import export_hf, gathered_state
-        from mindrl.trainer.roles.critic import value_model_hf_config
-        rm = self.cfg.rm_config
-        full = gathered_state(self.net, self.layout)
+
+class TrainedRewardModel(TrainedNetwork):
+    """The reward model as a trained network (roles/base.py), as the policy and critic are: its checkpoint part is
+    ``<iter>/reward/`` (an HF sequence-classification directory with the optimizer beside it)."""
+
+    name = "reward"
+
+    def __init__(self, run, spec, pad_id: int):
+        super().__init__(run, spec)
+        self.pad_id = pad_id
+        self.net = build_net(spec, "reward", self.layout, self.model_config)
+        source = load_weights(self.net, spec.weights, allow_missing=("score.",))
+        if source is not None:
+            log.info("initial weights from %s", source)
+        self._train_with(PairwiseLossCell(self.net))
+        self.stats = None  # the final held-out statistics, stored for PPO's normalize
+
+    def hf_config(self) -> dict:
         extra = {"normalize_reward": False}
-        if stats:  # OpenRLHF's keys: PPO's reward_config.normalize reads them
-            extra.update(mean=stats["rm/reward_mean"], std=max(stats["rm/reward_std"], 1e-8))
-        if self.topo.is_main:
-            with atomic_path(rm.save, directory=True) as tmp:
-                export_hf(full, self.model_config, tmp, value_model_hf_config(self.model_config, self.pad_id, extra),
-                          rm.tokenizer_name_or_path if os.path.isdir(rm.tokenizer_name_or_path) else
-                          os.path.dirname(rm.tokenizer_name_or_path))
-            _say(True, f"saved the reward model to {rm.save}")
-        self.exchange.barrier()
-        return rm.save
+        if self.stats:  # OpenRLHF's keys: PPO's reward_config.normalize reads them
+            extra.update(mean=self.stats["rm/reward_mean"], std=max(self.stats["rm/reward_std"], 1e-8))
+        return value_model_hf_config(self.model_config, self.pad_id, extra)
 
-
-def _say(main: bool, text: str) -> None:
-    if main:
-        print(text, flush=True)
-
-
-def _fmt(metrics: dict) -> str:
-    return ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
-
-
-def _to_yaml(cfg) -> str:
-    from mindrl.config.loader import dump_yaml
-    return dump_yaml(cfg.to_dict())
+    def stages(self):
+        return [Stage("train_reward", self.net, self.layout, with_optimizer=True)]
 
 
 def cli_main(argv=None) -> int:
-    import argparse
-    from mindrl.config import ConfigError
-    from mindrl.config.reward_training import load_reward_training_config
-    ap = argparse.ArgumentParser(prog="mindrl train-rm", description="train an outcome reward model on preference "
-                                 "pairs (Bradley-Terry); see docs/reward_model.md")
-    ap.add_argument("--config", required=True, help="reward-model training yaml")
-    ap.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override any config key")
-    args = ap.parse_args(argv)
-    try:
-        cfg = load_reward_training_config(args.config, args.overrides)
-    except ConfigError as err:
-        print(f"mindrl: config error:\n{err}", file=sys.stderr)
-        return 2
-    from mindrl.trainer.cli import _setup_logging
-    _setup_logging()
-    RewardModelTrainer(cfg).fit()
-    return 0
+    return run_command(RewardModelTrainer, load_reward_training_config, argv,
+                       "train an outcome reward model on preference pairs (Bradley-Terry); see docs/reward_model.md")

@@ -9,14 +9,18 @@ says ``<run_dir>/ckpt`` (as the shipped examples do), the checkpoints. ``<run_id
   resumed run continues its own directory (its metrics file then holds each step once);
 - otherwise a new id, the start time ``YYYYmmdd-HHMMSS`` (``-2``, ``-3``, ... when that is taken).
 
-The main rank claims the directory (``mkdir`` without ``exist_ok``, so two runs never share one) and every other
-msrun rank receives the id from it. Beside the run directories, ``latest`` is a symbolic link to the newest one, so
+The main rank claims the directory (``mkdir`` without ``exist_ok`` for a new id) and holds a lock on its
+``run.lock`` for as long as it lives, so two runs never write into one, even when both are started with the same
+``logging.run_id`` (a resume too waits for the run it continues to be gone); every other msrun rank receives the id
+from it. Beside the run directories, ``latest`` is a symbolic link to the newest one, so
 ``runs/<name>/latest/ckpt`` names the last run's checkpoints.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 import sys
 import time
 from typing import Optional
@@ -24,12 +28,16 @@ from typing import Optional
 import numpy as np
 
 from mindrl.config import ConfigError
+from mindrl.io import atomic_path, remove_stale_staging, write_json
+from mindrl.trainer.checkpointer import resumed_step
 
 RUN_ID = "<run_id>"
 RUN_DIR = "<run_dir>"
 MARKER = "run.json"
 LATEST = "latest"
+LOCK = "run.lock"
 _ID_BYTES = 128
+_held = {}  # real path of a run directory this process claimed -> the descriptor holding its lock
 
 
 def find_run_dir(path: str) -> Optional[str]:
@@ -68,6 +76,7 @@ def _claim(template: str, wanted: Optional[str], resuming: bool) -> str:
                               f"default, runs/<name>/{RUN_ID}), pick another logging.run_id, or resume that run "
                               f"with actor_config.finetune=false actor_config.load=<its checkpoints>")
         os.makedirs(path, exist_ok=True)
+        _lock(path)
         return wanted or os.path.basename(os.path.normpath(path))
     base = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1, 1000):
@@ -76,10 +85,35 @@ def _claim(template: str, wanted: Optional[str], resuming: bool) -> str:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         try:
             os.mkdir(path)
-            return run_id
         except FileExistsError:
             continue
+        _lock(path)
+        return run_id
     raise ConfigError(f"logging.log_dir: no free run id under {os.path.dirname(template)}")
+
+
+def _lock(path: str) -> None:
+    """Hold an exclusive lock on ``path/run.lock`` (which names its holder) until this process ends. Why flock: the
+    kernel releases it however the process ends, kill -9 included, so no lock is ever stale and none needs taking
+    over; a pid file would need a liveness guess and a race-free takeover. Raises ConfigError while another live
+    process holds it."""
+    if os.path.realpath(path) in _held:
+        return  # this process claimed it already (the Python API building a second trainer for the same run)
+    lock = os.path.join(path, LOCK)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the processes this one starts
+    except OSError as err:
+        raise ConfigError(f"logging.log_dir: cannot create {lock} ({err.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 200).decode(errors="replace").strip() or "a process"
+        os.close(fd)
+        raise ConfigError(f"logging.log_dir: {path} is in use by another run ({holder}, holding {lock}); wait for it "
+                          f"to end, or give this run another logging.run_id") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}, host {socket.gethostname()}\n".encode())
+    _held[os.path.realpath(path)] = fd
 
 
 def _share(run_id: str, is_main: bool, exchange) -> str:
@@ -120,13 +154,31 @@ def set_up_run_dir(lg, is_main: bool, exchange=None, *, load: Optional[str] = No
     return lg.log_dir
 
 
+def claim_run(cfg, saves, is_main: bool, exchange, *, load: Optional[str], resuming: bool) -> str:
+    """:func:`set_up_run_dir` for a whole config: ``saves`` are the dotted keys of its checkpoint paths (the first
+    is the one run.json names), each with ``<run_dir>`` replaced. What the user wrote is kept in ``cfg.meta.templates``
+    for config.yaml: a rerun of that file gets a directory of its own, not this one's."""
+    def get(dotted):
+        section, key = dotted.split(".")
+        return getattr(getattr(cfg, section) or object(), key, None)
+
+    templates = cfg.meta.templates
+    templates.setdefault("logging.log_dir", cfg.logging.log_dir)
+    run_dir = set_up_run_dir(cfg.logging, is_main, exchange, load=load, resuming=resuming, checkpoints=get(saves[0]))
+    for dotted in saves:
+        if get(dotted):
+            templates.setdefault(dotted, get(dotted))
+            section, key = dotted.split(".")
+            setattr(getattr(cfg, section), key, expand_run_dir(get(dotted), run_dir))
+    return run_dir
+
+
 def expand_run_dir(path: Optional[str], run_dir: str) -> Optional[str]:
     """``path`` with ``<run_dir>`` replaced (checkpoint directories kept inside the run directory)."""
     return path.replace(RUN_DIR, run_dir) if path else path
 
 
 def _write_marker(lg, resumed_from: Optional[str], checkpoints: Optional[str]) -> None:
-    from mindrl.io import write_json
     path = os.path.join(lg.log_dir, MARKER)
     info = {}
     if os.path.isfile(path):
@@ -142,15 +194,22 @@ def _write_marker(lg, resumed_from: Optional[str], checkpoints: Optional[str]) -
     if checkpoints:
         info["checkpoints"] = checkpoints
     if resumed_from:
-        info.setdefault("resumed", []).append({"at": now, "from": resumed_from})
+        info.setdefault("resumed", []).append({"at": now, "from": resumed_from, "step": _step_of(resumed_from)})
     info["command"] = " ".join(sys.argv)
     write_json(path, info)
+
+
+def _step_of(checkpoint: str) -> Optional[int]:
+    """The step a resume from ``checkpoint`` starts at (the picture marks it), or None when it cannot be read."""
+    try:
+        return resumed_step(checkpoint)
+    except Exception:  # noqa: BLE001 - the trainer names a bad checkpoint; the record only loses its step
+        return None
 
 
 def _point_latest(run_dir: str, run_id: str) -> None:
     """``<parent>/latest -> <run_id>`` (replaced atomically) when the run directory's last part is its id. The link
     is staged under mindrl.io's one naming scheme, so a start-up here removes what a killed one left behind."""
-    from mindrl.io import atomic_path, remove_stale_staging
     if os.path.basename(os.path.normpath(run_dir)) != run_id:
         return  # <run_id> inside a longer name: no single parent to hold the link
     parent = os.path.dirname(os.path.normpath(run_dir))

@@ -4,28 +4,27 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
 
-from mindrl.trainer.metrics import MetricsLogger, progress_bar, summary_line
+from mindrl.trainer import checkpoint as ck
+from mindrl.trainer.metrics import LogWriteFailed, MetricsLogger, format_metrics, progress_bar, summary_line
+from mindrl.trainer.report import write_report
+from mindrl.trainer.run_config import write_run_config
 
 log = logging.getLogger("mindrl.train")
-
-
-def _fmt(metrics: dict) -> str:
-    return ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
 
 
 class RunLog:
     def __init__(self, cfg, is_main: bool, start: int, compiled: bool):
         """``compiled``: every graph was compiled at start-up (static shapes); else the first step compiles."""
-        from mindrl.io import write_text
-        from mindrl.trainer import checkpoint as ck
         lg, actor, rl = cfg.logging, cfg.actor_config, cfg.rl_config
         self.cfg, self.main, self.interval = cfg, is_main, lg.log_interval
-        self.logger = MetricsLogger(lg.log_dir, lg.jsonl, lg.tensorboard, enabled=is_main, start=start)
+        with self._record(start):
+            self.logger = MetricsLogger(lg.log_dir, lg.jsonl, lg.tensorboard, enabled=is_main, start=start)
+            if is_main:
+                write_run_config(cfg, "train", resumed=bool(start), checkpoints=actor.save)
         self.summary = {}
         if is_main:
-            write_text(os.path.join(lg.log_dir, "config.yaml"), cfg.to_yaml())
-            print(f"run directory: {lg.log_dir}" + (f" (resumed at step {start})" if start else ""), flush=True)
             latest = ck.latest_step(actor.save) if actor.save else None
             if actor.finetune and latest is not None:
                 log.warning("%s already holds checkpoints of another run (latest: %s); this run's are added beside "
@@ -35,16 +34,33 @@ class RunLog:
                          "reuse them (runtime.enable_compile_cache keeps them for the next launch)")
         self.bar = progress_bar(rl.train_iters, rl.adv_estimator, lg.progress_bar and is_main, initial=start)
 
+    @contextmanager
+    def _record(self, step: int):
+        """A failed write of the run's record (metrics.py) stops the run, at a step's end: no checkpoint is begun,
+        the ones written stay as they are. The error says what to do."""
+        try:
+            yield
+        except LogWriteFailed as err:
+            save = self.cfg.actor_config.save
+            newest = ck.latest_step(save) if save and os.path.isdir(save) else None
+            then = "run it again (no checkpoint was written)" if newest is None else \
+                f"resume from the newest checkpoint, {ck.iter_dir(save, newest)} (actor_config.load={save} " \
+                "actor_config.finetune=false)"
+            raise LogWriteFailed(f"{err}; the run stopped at step {step}. Free space there or set logging.log_dir to "
+                                 f"a directory with room, then {then}") from None
+
     def eval(self, when: str, step: int, result: dict, record: bool = True) -> None:
         """Show (and with ``record``, log as the row of ``step``) a held-out result."""
         self.summary[f"eval_{when}"] = result
         if record:
-            self.logger.log(step, result)
+            with self._record(step):
+                self.logger.log(step, result)
         if self.main:
-            print(f"eval {when} training (step {step}): " + _fmt(result), flush=True)
+            print(f"eval {when} training (step {step}): " + format_metrics(result), flush=True)
 
     def step(self, step: int, metrics: dict) -> None:
-        self.logger.log(step, metrics)
+        with self._record(step):
+            self.logger.log(step, metrics)
         self.bar.update(1)
         score = metrics.get("grpo/score/mean", metrics.get("critic/score/mean", 0.0))
         self.bar.set_postfix({"score": f"{score:.3f}", "tps": f"{metrics['e2e_tps']:.0f}"})
@@ -52,16 +68,16 @@ class RunLog:
             self.bar.write(summary_line(step, metrics))
         held_out = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         if self.main and held_out and step < self.cfg.rl_config.train_iters:  # the last one is shown as "after"
-            self.bar.write(f"eval at step {step}: " + _fmt(held_out))
+            self.bar.write(f"eval at step {step}: " + format_metrics(held_out))
         self.summary["last"] = metrics
 
     def close(self) -> dict:
         """Close the files; on the main rank draw ``report.png``, write ``report.md`` and print the summary."""
         self.bar.close()
-        self.logger.close()
         lg = self.cfg.logging
+        with self._record(self.cfg.rl_config.train_iters):
+            self.logger.close()
         if self.main and lg.jsonl:
-            from mindrl.trainer.report import write_report
             try:
                 for line in write_report(lg.log_dir, self.cfg.actor_config.save):
                     print(line)

@@ -1,45 +1,79 @@
-"""Supervised fine-tuning step (next-token cross-entropy on masked positions), used for warm-up."""
+"""Supervised next-token loss on masked positions: `mindrl sft` (sft_training.py), PPO-ptx's term (trainer/ptx.py)
+and the supervised steps of the learning benchmark's control run (bench/learning.py)."""
 from __future__ import annotations
 
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from mindrl.models.scoring import TokenStats
+from mindrl.models.scoring import LogProbsAndEntropy
 from mindrl.trainer.optim import AdamW
 
 
-class SFTLoss(nn.Cell):
-    """Mean negative log-likelihood of tokens where ``loss_mask`` is 1 (mask aligned with input_ids)."""
+class SummedResponseLogProbs(nn.Cell):
+    """(ids [B, W], mask [B, W]) -> [B]: each row's summed log-probs of the tokens whose mask is 1 (the response),
+    each given the tokens before it: what SFT's loss and DPO's log-ratios (dpo_training.py) are made of.
+
+    Rows are right-padded, so a causal model's real tokens never attend to the padding: no attention mask needed.
+    The vocabulary may be split over tensor-parallel ranks (LogProbsAndEntropy)."""
 
     def __init__(self, lm):
         super().__init__(auto_prefix=False)
         self.lm = lm
-        self.stats = TokenStats()
+        self.stats = LogProbsAndEntropy(lm.tp)
 
-    def construct(self, input_ids, attention_mask, loss_mask):
-        logits = self.lm(input_ids, attention_mask)[:, :-1]
-        logp, _ = self.stats(logits, input_ids[:, 1:])
-        mask = loss_mask[:, 1:].astype(ms.float32)
-        return -(logp * mask).sum() / ops.clamp(mask.sum(), min=1.0)
+    def construct(self, ids, mask):
+        h = self.lm.model(ids, ops.ones_like(ids))[:, :-1]
+        log_prob, _ = self.stats(self.lm.head(h), ids[:, 1:])
+        return (log_prob.astype(ms.float32) * mask[:, 1:].astype(ms.float32)).sum(-1)
+
+
+class NextTokenNLL(nn.Cell):
+    """(sft_ids [B, W], sft_mask [B, W], denominator) -> the summed negative log-likelihood of every token whose mask
+    is 1 given the tokens before it, divided by the denominator."""
+
+    def __init__(self, lm):
+        super().__init__(auto_prefix=False)
+        self.logps = SummedResponseLogProbs(lm)
+
+    def construct(self, sft_ids, sft_mask, denom):
+        return -self.logps(sft_ids, sft_mask).sum() / denom
+
+
+class SFTLossCell(nn.Cell):
+    """(sft_ids, sft_mask, denominator) -> (nll, nll): `mindrl sft`'s loss for the Updater (trainer/updater.py), the
+    masked next-token NLL over the denominator (the global batch's masked token count, so micro-batches and
+    data-parallel replicas add up to the batch's token mean)."""
+
+    METRICS = (("loss", "sum"),)
+
+    def __init__(self, lm):
+        super().__init__(auto_prefix=False)
+        self.nll = NextTokenNLL(lm)
+
+    def construct(self, sft_ids, sft_mask, denom):
+        nll = self.nll(sft_ids, sft_mask, denom)
+        return nll, ops.stop_gradient(nll)
 
 
 class SFTStep(nn.Cell):
+    """One supervised AdamW step on a batch: the token-mean NLL (the batch's masked token count as denominator)."""
+
     def __init__(self, lm, lr_weight_decay=0.0, clip_grad=1.0):
         super().__init__(auto_prefix=False)
-        self.loss = SFTLoss(lm)
+        self.loss = NextTokenNLL(lm)
         self.params = ms.ParameterTuple(lm.trainable_params())
         self.grad_fn = ms.value_and_grad(self.loss, None, self.params)
         self.opt = AdamW(self.params, weight_decay=lr_weight_decay)
         self.clip = float(clip_grad)
 
-    def construct(self, input_ids, attention_mask, loss_mask, lr):
-        loss, grads = self.grad_fn(input_ids, attention_mask, loss_mask)
+    def construct(self, sft_ids, sft_mask, lr):
+        denom = ops.clamp(sft_mask[:, 1:].astype(ms.float32).sum(), min=1.0)
+        loss, grads = self.grad_fn(sft_ids, sft_mask, denom)
         if self.clip > 0:
             grads = ops.clip_by_global_norm(grads, self.clip)
         return ops.depend(loss, self.opt(grads, lr))
 
 
-def run_sft_step(step_cell, ids, attn, loss_mask, lr):
-    return float(step_cell(Tensor(ids, ms.int32), Tensor(attn, ms.int32), Tensor(loss_mask, ms.int32),
-                           Tensor(np.float32(lr))).asnumpy())
+def run_sft_step(step_cell, ids, loss_mask, lr):
+    return float(step_cell(Tensor(ids, ms.int32), Tensor(loss_mask, ms.int32), Tensor(np.float32(lr))).asnumpy())

@@ -14,7 +14,9 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from mindrl.algorithms.denominators import loss_denominator
+from mindrl.algorithms.denominators import loss_denominator, micro_batch_denominator
+from mindrl.models.safetensors_io import CheckpointError
+from mindrl.trainer.inputs import dummy_inputs, loss_input_names, tensors
 from mindrl.trainer.optim import AdamW, zeros_like_params
 
 
@@ -26,6 +28,7 @@ _reduce_in_place = ops.MultitypeFuncGraph("reduce_in_place")
 _scaled = ops.MultitypeFuncGraph("scaled")
 _zero_after = ops.MultitypeFuncGraph("zero_after")
 _clear_after = ops.MultitypeFuncGraph("clear_after")
+_all_finite = ops.MultitypeFuncGraph("all_finite")
 
 
 @_add_into.register("Tensor", "Tensor")
@@ -65,11 +68,18 @@ def _clear_after_one(after, g):
     return True
 
 
+@_all_finite.register("Tensor")
+def _all_finite_one(p):
+    return ops.isfinite(p).all().astype(ms.float32)  # a reduction of booleans: no overflow, however large p is
+
+
 class AccumulateGrad(nn.Cell):
-    """One micro-batch: forward, backward, add the gradients into ``accum``."""
+    """One micro-batch: forward, backward, add the gradients into ``accum``. ``inputs``: the loss cell's named
+    inputs (trainer/inputs.py), which :meth:`run` and :meth:`compile_for` take as a mapping."""
 
     def __init__(self, loss_cell, params, accum=None):
         super().__init__(auto_prefix=False)
+        self.inputs, self.what = loss_input_names(loss_cell), type(loss_cell).__name__
         self.params = ms.ParameterTuple(params)
         self.grad_fn = ms.value_and_grad(loss_cell, None, self.params, has_aux=True)
         # a second loss term of the same update (PPO-ptx) adds into the first one's buffers
@@ -79,6 +89,15 @@ class AccumulateGrad(nn.Cell):
     def construct(self, *inputs):
         outs, grads = self.grad_fn(*inputs)
         return ops.depend(outs, self.hyper_map(_add_into, self.accum, grads))
+
+    def run(self, arrays, denom) -> list:
+        """Forward + backward of one micro-batch (``arrays``: name -> rows); returns [loss, *metrics] as floats."""
+        outs = self(*tensors(self.inputs, arrays, self.what), Tensor(np.float32(denom)))
+        return [float(o.asnumpy()) for o in outs]
+
+    def compile_for(self, rows: int, sequence: int, response: int) -> None:
+        self.compile(*tensors(self.inputs, dummy_inputs(self.inputs, rows, sequence, response)),
+                     Tensor(np.float32(1.0)))
 
 
 class GradNorm(nn.Cell):
@@ -131,15 +150,37 @@ class ResetGrad(nn.Cell):
         return ops.depend(start, self.hyper_map(ops.partial(_zero_after, start), self.accum))
 
 
+class AllFinite(nn.Cell):
+    """How many of ``params`` hold only finite values (checked after each update: a finite gradient applied by a
+    large enough step can still leave inf or NaN weights)."""
+
+    def __init__(self, params):
+        super().__init__(auto_prefix=False)
+        self.params = ms.ParameterTuple(params)
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self):
+        return ops.addn(self.hyper_map(_all_finite, self.params))
+
+
+class UpdateLog:
+    """What became of one network's optimizer steps in one training step: the numerical guard reports each."""
+
+    def __init__(self, planned: int = 0):
+        self.planned = planned     # updates the step was to make
+        self.norms = []            # pre-clip gradient norm of each update tried; a non-finite one was skipped
+        self.weights_finite = True  # False: an applied update left non-finite weights (the step's updates stop)
+
+
 class Updater:
     """The graphs of one trained network; ``micro_step`` and ``apply`` run them from numpy inputs.
 
-    ``loss_cell.METRICS``: ((name, "sum" | "token_mean"), ...) for the outputs after the loss.
-    ``optim``: a section with adam_beta1/2, adam_eps, weight_decay and clip_grad (actor or critic config).
+    ``loss_cell.METRICS``: ((name, "sum" | "token_mean"), ...) for the outputs after the loss; its inputs are
+    matched by name (trainer/inputs.py). ``optim``: adam_beta1/2, adam_eps, weight_decay and clip_grad (an
+    OptimSpec of the run plan, or a config section with those keys).
     """
 
-    def __init__(self, loss_cell, params, optim, grad_reduce=None, input_dtypes: Sequence = (),
-                 step_name: str = "global_step"):
+    def __init__(self, loss_cell, params, optim, grad_reduce=None, step_name: str = "global_step"):
         params = list(params)
         self.loss_cell = loss_cell
         self.metrics: Tuple[Tuple[str, str], ...] = tuple(loss_cell.METRICS)
@@ -149,16 +190,13 @@ class Updater:
         self.norm_cell = GradNorm(self.accumulate.accum, grad_reduce)
         self.apply_cell = ApplyGrad(self.accumulate.accum, self.optimizer, optim.clip_grad)
         self.reset_cell = ResetGrad(self.accumulate.accum)
-        self.input_dtypes = tuple(input_dtypes)
+        self.finite_cell = AllFinite(params)
         self.skipped = 0  # optimizer steps skipped because the gradient was not finite
-
-    def _tensors(self, arrays, denom):
-        return [Tensor(a, dt) for a, dt in zip(arrays, self.input_dtypes)] + [Tensor(np.float32(denom))]
+        self.log = UpdateLog()  # what update_epochs made of this training step's updates
 
     def micro_step(self, arrays, denom) -> list:
-        """Forward + backward of one micro-batch; returns [loss, *metrics] as floats."""
-        outs = self.accumulate(*self._tensors(arrays, denom))
-        return [float(o.asnumpy()) for o in outs]
+        """Forward + backward of one micro-batch (``arrays``: input name -> rows); returns [loss, *metrics]."""
+        return self.accumulate.run(arrays, denom)
 
     def apply(self, lr: float) -> float:
         """One optimizer step on the accumulated gradient; returns its pre-clip norm. A non-finite norm (NaN or
@@ -172,15 +210,22 @@ class Updater:
         self.apply_cell(Tensor(np.float32(lr)), norm)
         return value
 
-    def compile(self, arrays) -> None:
-        """Compile both graphs for micro-batches shaped like ``arrays`` (a fixed compile order)."""
-        self.accumulate.compile(*self._tensors(arrays, 1.0))
+    def weights_finite(self, exchange) -> bool:
+        """After an update: do the weights hold only finite values, on every rank (all stop together)?"""
+        bad = len(self.finite_cell.params) - float(self.finite_cell().asnumpy())
+        ok = float(exchange.all_sum(np.array([bad], np.float32))[0]) == 0
+        self.log.weights_finite = self.log.weights_finite and ok
+        return ok
+
+    def compile(self, rows: int, sequence: int, response: int) -> None:
+        """Compile every graph for micro-batches of ``rows`` rows of these widths (a fixed compile order)."""
+        self.accumulate.compile_for(rows, sequence, response)
         self.norm_cell.compile()
         self.apply_cell.compile(Tensor(np.float32(0.0)), Tensor(np.float32(1.0)))
         self.reset_cell.compile()
+        self.finite_cell.compile()
 
     def load_optimizer_state(self, state: dict, source: str):
-        from mindrl.models.safetensors_io import CheckpointError
         for p in self.optimizer.state_parameters():
             if p.name not in state:
                 raise CheckpointError(f"{source}: optimizer state lacks {p.name!r}")
@@ -196,8 +241,8 @@ class Updater:
 def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np.ndarray, *, epochs: int,
                   mini_batch: int, micro_batch: int, loss_agg_mode: str, layout, exchange, order_seed: Callable,
                   lr: float, extra_terms: Sequence = ()) -> Dict[str, float]:
-    """``epochs`` passes of shuffled mini-batches over the rows of ``arrays`` (each [N, ...], in the loss cell's
-    argument order, the loss mask among them); every data-parallel replica runs its share of each mini-batch.
+    """``epochs`` passes of shuffled mini-batches over the rows of ``arrays`` (input name -> [N, ...], the loss
+    cell's inputs); every data-parallel replica runs its share of each mini-batch.
 
     ``order_seed(epoch)`` seeds each pass's shuffle of the rows into mini-batches; None keeps rollout order
     (``rl_config.shuffle_minibatch: false``). ``extra_terms`` (e.g. PPO-ptx) add their own gradients to each mini-batch before its optimizer step:
@@ -209,8 +254,8 @@ def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np
     dp, dp_rank = layout.dp, layout.dp_rank
     names = [name for name, _ in updater.metrics] + [name for t in extra_terms for name, _ in t.metrics]
     history = {k: [] for k in names + ["grad_norm"]}
-    inputs = list(arrays.values())
     count = -(-n // mini_batch)
+    updater.log = UpdateLog(planned=epochs * count)
     for epoch in range(epochs):
         if order_seed is None or (epochs == 1 and n == mini_batch):  # no shuffle, or nothing it would change
             order = np.arange(n)
@@ -223,9 +268,11 @@ def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np
             acc = np.zeros(len(names))
             share = len(rows) // dp
             mine = rows[dp_rank * share:(dp_rank + 1) * share]
+            micro_batches = dp * -(-share // micro_batch)
             for u0 in range(0, len(mine), micro_batch):
                 r = mine[u0:u0 + micro_batch]
-                outs = updater.micro_step([a[r] for a in inputs], denom)[1:]
+                d = micro_batch_denominator(loss_mask[r], loss_agg_mode, denom, micro_batches)
+                outs = updater.micro_step({k: a[r] for k, a in arrays.items()}, d)[1:]
                 w = loss_mask[r].sum() / max(loss_mask[rows].sum(), 1.0)  # token share, for the per-token means
                 acc[:len(outs)] += [v if kind == "sum" else v * w for v, (_, kind) in zip(outs, updater.metrics)]
             at = len(updater.metrics)
@@ -237,4 +284,9 @@ def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np
             for k, v in zip(names, acc):
                 history[k].append(v)
             history["grad_norm"].append(updater.apply(lr))
+            updater.log.norms.append(history["grad_norm"][-1])
+            if not updater.weights_finite(exchange):  # no later update can repair them: the guard stops the run
+                break
+        if not updater.log.weights_finite:
+            break
     return {k: float(np.mean(v)) for k, v in history.items()}

@@ -6,10 +6,10 @@ checkpoint, lists its strategy-file stages and compiles its graphs in a fixed or
 - :class:`Critic`: PPO's value model with its own optimizer (roles/critic.py)
 - :class:`RewardScorer`: a trained reward model scoring rollouts (roles/reward_model.py)
 """
-from mindrl.trainer.roles.base import Stage, TrainedRole, write_strategy
+from mindrl.trainer.roles.base import Stage, TrainedNetwork, write_strategy
 from mindrl.trainer.roles.critic import Critic
 from mindrl.trainer.roles.policy import Policy
 from mindrl.trainer.roles.reference import Reference
 from mindrl.trainer.roles.reward_model import RewardScorer
 
-__all__ = ["Critic", "Policy", "Reference", "RewardScorer", "Stage", "TrainedRole", "write_strategy"]
+__all__ = ["Critic", "Policy", "Reference", "RewardScorer", "Stage", "TrainedNetwork", "write_strategy"]

@@ -13,9 +13,20 @@ from typing import List, Optional
 
 import numpy as np
 
-from mindrl.models.weights import export_hf  # the one HF-directory writer (reward_training imports it from here)
+from mindrl.models.lm import build_network
+from mindrl.models.safetensors_io import save_safetensors
+from mindrl.models.weights import export_hf, load_into, state_numpy  # export_hf: callers' name too
+from mindrl.parallel.comm import AllReduceSum
+from mindrl.parallel.layout import (external_axis, external_shape, full_shape, split_axes, take_shard, to_external,
+                                    to_internal, transposed_names)
+from mindrl.parallel.reshard import gather_full_state, rename_parameters
 from mindrl.parallel.state import Layout
+from mindrl.parallel.strategy import save_rank_checkpoint, write_strategy_files
 from mindrl.parallel.topology import shard_rows
+from mindrl.trainer import checkpoint as ck
+from mindrl.trainer.context import seed_from
+from mindrl.trainer.inputs import dummy_inputs, input_names, tensors
+from mindrl.trainer.updater import Updater, update_epochs
 
 log = logging.getLogger("mindrl.train")
 
@@ -29,16 +40,14 @@ class Stage:
     with_optimizer: bool = False
 
 
-def build_net(model_config, kind: str, layout: Layout, seed: int = 0, init: bool = True, rename: Optional[str] = None,
-              train: Optional[bool] = None):
-    """A network of ``kind`` ("causal_lm", "value", "reward") in ``layout``'s tensor-parallel split.
-
-    ``rename`` gives the parameters unique names when several copies of a model live in one process (their
-    names inside files stay the HF ones).
-    """
-    from mindrl.models.lm import build_network
-    from mindrl.parallel.reshard import rename_parameters
-    net = build_network(model_config, kind, tp=layout.tp_context(), seed=seed, init=init)
+def build_net(spec, kind: str, layout: Layout, model_config=None, rename: Optional[str] = None,
+              train: Optional[bool] = None, init: Optional[bool] = None):
+    """The network of role ``spec`` (a RoleSpec of the run plan) as ``kind`` ("causal_lm", "value", "reward") in
+    ``layout``'s tensor-parallel split, randomly initialised (with the spec's seed) only when it has no weights to
+    load (``init`` decides otherwise: a copy that receives weights from another network needs none). ``rename`` gives the parameters unique names when several models live in one process (their names inside
+    files stay the HF ones)."""
+    net = build_network(model_config or spec.model.load(), kind, tp=layout.tp_context(), seed=spec.seed,
+                        init=spec.weights.path is None if init is None else init)
     if rename:
         rename_parameters(net, rename)
     if train is not None:
@@ -46,49 +55,82 @@ def build_net(model_config, kind: str, layout: Layout, seed: int = 0, init: bool
     return net
 
 
-def load_weights(net, path: str, role: str = "policy", allow_missing=()) -> str:
-    """Load ``path`` (an HF directory, a weights file, or a mindrl checkpoint: its ``role`` part) into ``net``."""
-    from mindrl.models.weights import load_into
-    from mindrl.trainer import checkpoint as ck
-    source = ck.weights_path(path, role, verify=True)
+def load_weights(net, weights, allow_missing=()) -> Optional[str]:
+    """Load a WeightsSpec's ``path`` (an HF directory, a weights file, or a mindrl checkpoint: its ``part``) into
+    ``net``; returns the file read, None when the spec has no weights (random initialisation)."""
+    if weights.path is None:
+        return None
+    source = ck.weights_path(weights.path, weights.part, verify=True)
     load_into(net, source, allow_missing=allow_missing)
     return source
 
 
-def score_in_shares(cell, exp, layout: Layout, exchange, micro_batch: int, inputs) -> np.ndarray:
+def score_in_shares(cell, exp, layout: Layout, exchange, micro_batch: int) -> np.ndarray:
     """Run a scoring ``cell`` on this data-parallel replica's rows of ``exp`` in micro-batches, then give every
-    rank the whole batch's result (replica order). ``inputs(exp_rows)`` returns the cell's numpy arguments."""
-    from mindspore import Tensor
+    rank the whole batch's result (replica order). The cell's inputs are ``exp``'s fields of the same names."""
+    names = input_names(cell)
     mine = exp.select(shard_rows(len(exp), layout))
     out = []
     for s in range(0, len(mine), micro_batch):
-        args = inputs(mine.select(slice(s, s + micro_batch)))
-        res = cell(*[Tensor(a) for a in args])
+        rows = mine.select(slice(s, s + micro_batch))
+        res = cell(*tensors(names, {n: getattr(rows, n) for n in names}, type(cell).__name__))
         out.append((res[0] if isinstance(res, tuple) else res).asnumpy())
     return exchange.from_each(np.concatenate(out), layout)
 
 
+def compile_scorer(cell, rows: int, prompt_width: int, response_width: int) -> None:
+    """Compile a scoring ``cell`` for micro-batches of ``rows`` rows at these widths."""
+    names = input_names(cell)
+    cell.compile(*tensors(names, dummy_inputs(names, rows, prompt_width + response_width, response_width)))
+
+
 def gathered_state(net, layout) -> dict:
     """Every parameter of ``net`` as a full numpy tensor in HF orientation (a collective over the tp group)."""
-    from mindrl.parallel.layout import split_axes, to_external, transposed_names
-    from mindrl.parallel.reshard import gather_full_state
     trans = transposed_names(net)
     full = gather_full_state(dict(net.parameters_and_names()), split_axes(net), layout.tp_context())
     return {n: to_external(v, n in trans) for n, v in full.items()}
 
 
-class TrainedRole:
-    """Save/restore of a trained network and its optimizer. Subclasses set ``name``, ``net``, ``layout``,
-    ``updater``, ``model_config``, ``run`` and ``section`` (their config section: actor_config, critic_config)."""
+class TrainedNetwork:
+    """A network with its optimizer: the policy and the critic. What they share lives here: the model config and
+    schedule of their RoleSpec, the data-parallel gradient all-reduce, the updater, the update passes over a step's
+    experience, compiling the update, and saving and restoring weights and optimizer.
+
+    Subclasses build ``self.net`` (with :func:`build_net`) and call :meth:`_train_with` with their loss cell."""
 
     name = "trained"
-
-    # -- helpers over the layout ------------------------------------------------------------------------
     rename: Optional[str] = None  # prefix of this role's Parameter names in the process, never in files
+
+    def __init__(self, run, spec):
+        self.run, self.spec = run, spec
+        self.layout = run.topo[spec.stage]
+        self.model_config = spec.model.load()
+
+    def _train_with(self, loss_cell, step_name: str = "global_step") -> None:
+        grad_reduce = None
+        if self.layout.dp > 1:  # each replica's gradient is a partial sum of the mini-batch's
+            grad_reduce = AllReduceSum(self.layout.dp_group())
+        self.updater = Updater(loss_cell, self.net.trainable_params(), self.spec.optim, grad_reduce, step_name)
+
+    def lr_at(self, step: int) -> float:
+        return self.spec.optim.lr_at(step)
+
+    def _update(self, arrays: dict, loss_mask: np.ndarray, step: int, seed_salt: tuple = (),
+                extra_terms=()) -> dict:
+        """The spec's passes of mini-batch updates over ``arrays`` (the loss cell's inputs, one row per response)
+        at step ``step``'s learning rate; the mean of each metric and of the gradient norm."""
+        spec, seed = self.spec, self.run.seed
+        order_seed = (lambda epoch: seed_from(seed, step, epoch, *seed_salt)) if spec.shuffle else None
+        return update_epochs(self.updater, arrays, loss_mask, epochs=spec.epochs, mini_batch=spec.rows_per_update,
+                             micro_batch=spec.micro_batch, loss_agg_mode=spec.loss.loss_agg_mode, layout=self.layout,
+                             exchange=self.run.exchange, order_seed=order_seed, lr=self.lr_at(step),
+                             extra_terms=extra_terms)
+
+    def _compile_update(self, prompt_width: int, response_width: int) -> None:
+        self.updater.compile(self.spec.micro_batch, prompt_width + response_width, response_width)
 
     def state_dict(self) -> dict:
         """This rank's trained weights as numpy, HF names and orientation (full tensors at tp=1)."""
-        from mindrl.models.weights import state_numpy
         return state_numpy(self.net)
 
     def non_finite(self) -> list:
@@ -103,7 +145,6 @@ class TrainedRole:
 
     def _optimizer_spec(self):
         """{optimizer Parameter name: (file key, split axis, transposed)}: a moment is laid out like its parameter."""
-        from mindrl.parallel.layout import split_axes, transposed_names
         axes, trans = split_axes(self.net), transposed_names(self.net)
         out = {}
         for p in self.updater.optimizer.state_parameters():
@@ -114,11 +155,6 @@ class TrainedRole:
 
     def save(self, directory: str) -> None:
         """Write this role's part of a checkpoint into ``directory`` (a collective: every rank calls it)."""
-        from mindrl.models.safetensors_io import save_safetensors
-        from mindrl.parallel.layout import to_external, transposed_names
-        from mindrl.parallel.reshard import gather_full_state
-        from mindrl.parallel.strategy import save_rank_checkpoint
-        from mindrl.trainer import checkpoint as ck
         run, tp = self.run, self.layout.tp_context()
         params = dict(self.net.parameters_and_names())
         trans = transposed_names(self.net)
@@ -145,8 +181,6 @@ class TrainedRole:
 
     def load_optimizer(self, checkpoint: str) -> None:
         """Restore the optimizer from checkpoint ``checkpoint`` (full tensors, sliced to this rank)."""
-        from mindrl.parallel.layout import take_shard, to_internal
-        from mindrl.trainer import checkpoint as ck
         full = ck.load_optimizer_state(checkpoint, self.name)
         tp = self.layout.tp_context()
         mine = {}
@@ -161,8 +195,6 @@ class TrainedRole:
 
 def write_strategy(root: str, stages: List[Stage], topo) -> List[str]:
     """MindSpore strategy JSON per rank: ``<root>/<stage>_strategy/strategy_<rank>.json``."""
-    from mindrl.parallel.layout import external_axis, external_shape, full_shape, split_axes, transposed_names
-    from mindrl.parallel.strategy import write_strategy_files
     written = []
     for stage in stages:
         axes, trans = split_axes(stage.net), transposed_names(stage.net)
