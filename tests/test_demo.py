@@ -1,101 +1,95 @@
-"""The README's main job: GRPO on the shipped tiny policy raises held-out greedy accuracy (fixed seed)."""
+"""The README's demos learn (fixed seeds): GRPO and PPO on the shipped tiny policy raise held-out greedy accuracy,
+and `mindrl train-rm` learns to rank pairs it never saw.
+
+The README's longer pipeline, a reward model trained for 10 epochs and then PPO scored by it alone, takes about
+6 minutes on a quiet 2-core machine and three times that beside the rest of the suite; its figures in the README
+were measured by running its commands. CI runs that pipeline's commands shortened (tests/test_docs.py), checks that
+the reward model learns here, and that PPO scored by a reward model equals its single-process run under msrun
+(tests/test_parallel.py)."""
+import json
 import os
 import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples", "tiny"))
+TINY = os.path.join(ROOT, "examples", "tiny")
+DATASETS = os.path.join(ROOT, "configs", "datasets")
+sys.path.insert(0, TINY)
 
 
-@pytest.mark.slow
-def test_demo_grpo_raises_heldout_accuracy(tmp_path):
-    import task
-    from mindrl.config import load_train_config
+def preprocess(jsonl, prefix, dataset_config="tiny_math"):
     from mindrl.data.preprocess import cli_main
+    assert cli_main(["--config", os.path.join(DATASETS, f"{dataset_config}.yaml"), f"input={jsonl}",
+                     f"output_prefix={prefix}", f"tokenizer_name_or_path={os.path.join(TINY, 'tokenizer')}"]) == 0
+    return f"{prefix}.mindrecord"
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    """The demo's training prompts and its 1000 held-out problems, as scripts/run_demo.sh makes them."""
+    import task
+    d = tmp_path_factory.mktemp("demo_data")
+    task.write_jsonl(str(d / "train.jsonl"), task.training_ids(20000, seed=2))
+    task.write_jsonl(str(d / "heldout.jsonl"), task.heldout_ids())
+    return preprocess(d / "train.jsonl", d / "prompts"), preprocess(d / "heldout.jsonl", d / "heldout")
+
+
+def fit(example, prompts, tmp_path, *extra):
+    from mindrl.config import load_train_config
     from mindrl.trainer import RLTrainer
-    task.write_jsonl(str(tmp_path / "train.jsonl"), task.training_ids(20000, seed=2))
-    task.write_jsonl(str(tmp_path / "heldout.jsonl"), task.heldout_ids())
-    ds_cfg = os.path.join(ROOT, "configs", "datasets", "tiny_math.yaml")
-    tok = os.path.join(ROOT, "examples", "tiny", "tokenizer")
-    for name, prefix in (("train", "prompts"), ("heldout", "heldout")):
-        assert cli_main(["--config", ds_cfg, f"input={tmp_path / name}.jsonl", f"output_prefix={tmp_path / prefix}",
-                         f"tokenizer_name_or_path={tok}"]) == 0
-    cfg = load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"), [
-        f"data.path={tmp_path / 'prompts.mindrecord'}", f"eval.path={tmp_path / 'heldout.mindrecord'}",
-        f"actor_config.save={tmp_path / 'ckpt'}", f"logging.log_dir={tmp_path / 'logs'}",
-        "logging.progress_bar=false"])
+    train, heldout = prompts
+    cfg = load_train_config(os.path.join(ROOT, "examples", example), [
+        f"data.path={train}", f"eval.path={heldout}", f"actor_config.save={tmp_path / 'ckpt'}",
+        f"logging.log_dir={tmp_path / 'logs'}", "logging.progress_bar=false", *extra])
     os.chdir(ROOT)
     summary = RLTrainer(cfg).fit()
     before = summary["eval_before"]["eval/last_number/mean"]
     after = summary["eval_after"]["eval/last_number/mean"]
     print(f"held-out accuracy {before:.3f} -> {after:.3f}")
+    return before, after
+
+
+@pytest.mark.slow
+def test_demo_grpo_raises_heldout_accuracy(prompts, tmp_path):
+    """`bash scripts/run_demo.sh` as shipped: 60 steps (README: 0.480 -> 0.593)."""
+    before, after = fit("grpo/tiny_math.yaml", prompts, tmp_path)
     assert before == pytest.approx(0.48, abs=0.03)  # the shipped warm-up checkpoint
     assert after >= before + 0.05
 
 
 @pytest.mark.slow
-def test_demo_reward_model_then_ppo_scored_by_it(tmp_path):
-    """The README's PPO example, the shipped pipeline: `mindrl train-rm` (examples/rm/tiny_math.yaml) on synthetic
-    pairs (the right answer against a `wrong_answer` mistake), measured on held-out pairs of the policy's own
-    sampled answers (examples/tiny/sample_pairs.py); then PPO (examples/ppo/tiny_math_rm.yaml) scored by that
-    reward model alone (the rule only measures held-out accuracy) raises held-out greedy accuracy, and the critic
-    learns to predict the returns.
-
-    Measured here (Nov 2026, 2 CPU cores): the reward model ranks 0.679 of the 1071 held-out pairs correctly
-    (0.000 before training; margin 1.11); PPO takes held-out accuracy 0.480 -> 0.586 at the shipped seed (1234),
-    and critic/vf_explained_var goes 0.00 -> 0.47 over the 10 steps. On 28 Nov, first in a fresh test process, the
-    reward model ranked 0.813 (margin 1.81, held-out reward std 5.68), PPO went 0.480 -> 0.584, and the critic,
-    predicting returns of that wider spread, reached 0.08-0.13 in the last three steps: the bound below asks that it
-    learns (it starts at 0), not how fast. Over seeds 1234 and 1-5 the rise was -0.1 to
-    +10.6 points (mean +6.0), so the bounds below hold at the shipped seed, not at every seed. A reward model
-    trained 4 epochs instead of 10 (0.548) fails the accuracy bound, and PPO scored by it fell on 3 of those 6
-    seeds. This test took 338 s here (train-rm about 4.5 min of it).
-    """
-    import json
-    import sample_pairs
-    import task
-    from mindrl.config import load_train_config
-    from mindrl.data.preprocess import cli_main
-    from mindrl.data.tokenizer import load_tokenizer
-    from mindrl.models import from_pretrained
-    from mindrl.trainer import RLTrainer
-    from mindrl.trainer.reward_training import cli_main as train_rm
-    tiny = os.path.join(ROOT, "examples", "tiny")
-    task.write_jsonl(str(tmp_path / "train.jsonl"), task.training_ids(20000, seed=2))
-    task.write_jsonl(str(tmp_path / "heldout.jsonl"), task.heldout_ids())
-    task.write_pairs_jsonl(str(tmp_path / "pairs.jsonl"), task.training_ids(20000, 102), 2)  # task.py --pairs
-    counts = sample_pairs.write_policy_pairs(  # sample_pairs.py's defaults: 4 answers per problem, seed 3
-        str(tmp_path / "pairs_heldout.jsonl"), from_pretrained(os.path.join(tiny, "policy")),
-        load_tokenizer(os.path.join(tiny, "tokenizer")), task.heldout_ids(), 4, 3)
-    assert counts["pairs"] > 500, counts
-    tok = os.path.join(tiny, "tokenizer")
-    datasets = os.path.join(ROOT, "configs", "datasets")
-    for cfg_name, name in (("tiny_math", "train"), ("tiny_math", "heldout"), ("tiny_math_pairs", "pairs"),
-                           ("tiny_math_pairs", "pairs_heldout")):
-        assert cli_main(["--config", os.path.join(datasets, f"{cfg_name}.yaml"), f"input={tmp_path / name}.jsonl",
-                         f"output_prefix={tmp_path / name}", f"tokenizer_name_or_path={tok}"]) == 0
-    os.chdir(ROOT)
-    assert train_rm(["--config", os.path.join(ROOT, "examples", "rm", "tiny_math.yaml"),
-                     f"data.path={tmp_path / 'pairs.mindrecord'}", f"eval.path={tmp_path / 'pairs_heldout.mindrecord'}",
-                     f"logging.log_dir={tmp_path / 'rm_logs'}",
-                     "logging.progress_bar=false"]) == 0
-    rm_rows = [json.loads(line) for line in open(tmp_path / "rm_logs" / "metrics.jsonl")]
-    held_out = [r for r in rm_rows if "rm/num_pairs" in r]
-    print(f"reward model held-out accuracy {held_out[0]['rm/accuracy']:.3f} -> {held_out[-1]['rm/accuracy']:.3f}")
-    assert held_out[0]["rm/accuracy"] < 0.1  # a zero head ties every pair, and a tie counts as wrong
-    assert held_out[-1]["rm/accuracy"] > 0.6  # 0.679 measured (4 epochs instead of 10: 0.548)
-    assert held_out[-1]["rm/margin_mean"] > 0.5  # 1.11 measured
-    cfg = load_train_config(os.path.join(ROOT, "examples", "ppo", "tiny_math_rm.yaml"), [
-        f"reward_config.load={tmp_path / 'rm_logs' / 'model'}", f"data.path={tmp_path / 'train.mindrecord'}",
-        f"eval.path={tmp_path / 'heldout.mindrecord'}", f"actor_config.save={tmp_path / 'ckpt'}",
-        f"logging.log_dir={tmp_path / 'logs'}", "logging.progress_bar=false"])
-    summary = RLTrainer(cfg).fit()
-    before = summary["eval_before"]["eval/last_number/mean"]
-    after = summary["eval_after"]["eval/last_number/mean"]
+def test_demo_ppo_raises_heldout_accuracy(prompts, tmp_path):
+    """examples/ppo/tiny_math.yaml (rule reward, critic, GAE) for its first 20 steps, where it evaluates: measured
+    0.480 -> 0.608 (28 Nov, as the README's 60-step run prints at step 20), in about a minute on 2 quiet cores."""
+    before, after = fit("ppo/tiny_math.yaml", prompts, tmp_path, "rl_config.train_iters=20")
     rows = [json.loads(line) for line in open(tmp_path / "logs" / "metrics.jsonl") if "timing/all" in line]
+    assert len(rows) == 20
+    assert before == pytest.approx(0.48, abs=0.03)
+    assert after >= before + 0.08
     ev = [r["critic/vf_explained_var"] for r in rows]
-    print(f"held-out accuracy {before:.3f} -> {after:.3f}; critic/vf_explained_var {[round(v, 2) for v in ev]}")
-    assert before == pytest.approx(0.48, abs=0.03)  # the shipped warm-up checkpoint
-    assert after >= before + 0.02  # no label in the training reward: the reward model taught it
-    assert ev[0] < 0.05 and sum(ev[-3:]) / 3 > 0.05  # values start at 0 (zero head), then explain the returns
+    assert ev[0] < 0.05 and max(ev[-5:]) > 0.05  # the critic starts at 0 (zero head), then explains the returns
+
+
+@pytest.mark.slow
+def test_demo_reward_model_learns_to_rank_pairs_it_never_saw(tmp_path):
+    """`mindrl train-rm --config examples/rm/tiny_math.yaml` on the README's training pairs (task.py --pairs), for 2
+    of its 10 epochs (the cosine schedule over those), judged on synthetic pairs of the 1000 held-out problems:
+    measured 0.834 of them ranked right (0 before: a zero head ties every pair, and a tie counts as wrong); one
+    epoch gave 0.649. About a minute on 2 quiet cores."""
+    import task
+    from mindrl.trainer.reward_training import cli_main as train_rm
+    task.write_pairs_jsonl(str(tmp_path / "pairs.jsonl"), task.training_ids(20000, 102), 2)  # task.py --pairs
+    task.write_pairs_jsonl(str(tmp_path / "pairs_heldout.jsonl"), task.heldout_ids(), 7)
+    train = preprocess(tmp_path / "pairs.jsonl", tmp_path / "pairs", "tiny_math_pairs")
+    heldout = preprocess(tmp_path / "pairs_heldout.jsonl", tmp_path / "pairs_heldout", "tiny_math_pairs")
+    os.chdir(ROOT)
+    assert train_rm(["--config", os.path.join(ROOT, "examples", "rm", "tiny_math.yaml"), "train.train_iters=624",
+                     f"data.path={train}", f"eval.path={heldout}", f"logging.log_dir={tmp_path / 'rm_logs'}",
+                     "logging.progress_bar=false"]) == 0
+    held_out = [r for r in map(json.loads, open(tmp_path / "rm_logs" / "metrics.jsonl")) if "rm/num_pairs" in r]
+    print(f"reward model held-out accuracy {held_out[0]['rm/accuracy']:.3f} -> {held_out[-1]['rm/accuracy']:.3f}")
+    assert held_out[0]["rm/accuracy"] < 0.1 and held_out[-1]["rm/num_pairs"] == 1000
+    assert held_out[-1]["rm/accuracy"] > 0.75
+    assert held_out[-1]["rm/margin_mean"] > 1.0  # 2.20 measured
+    assert os.path.isdir(tmp_path / "rm_logs" / "model")  # what PPO's reward_config.load reads

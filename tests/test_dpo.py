@@ -192,6 +192,10 @@ def test_micro_batches_add_up_to_the_whole_batch(workdir):
     for key in m1:
         assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-6), key
     for name in w1:
+        if name.endswith("k_proj.bias"):
+            # its true gradient is 0 (a bias on the keys adds the same q.b to every score of a query, which softmax
+            # ignores), so Adam's first step turns float noise into a full-size step of either sign: nothing to compare
+            continue
         np.testing.assert_allclose(w2[name], w1[name], rtol=1e-4, atol=1e-6, err_msg=name)
 
 

@@ -69,15 +69,18 @@ def run_dir_of(runs):
 
 @pytest.mark.slow
 def test_ctrl_c_saves_the_step_and_the_printed_command_resumes_the_same_run(workdir, tmp_path):
-    runs, log = tmp_path / "runs", tmp_path / "stopped.log"
-    rc = stop_after(start(train_args(workdir, runs), log), str(runs), 2, signal.SIGINT)
+    # 20 steps of a fraction of a second each: the run must still be going when the signal lands after step 2 (a
+    # 6-step run was once over before a busy machine delivered it)
+    runs, log, steps = tmp_path / "runs", tmp_path / "stopped.log", 20
+    rc = stop_after(start(train_args(workdir, runs, **{"rl_config.train_iters": steps}), log), str(runs), 2,
+                    signal.SIGINT)
     out = log.read_text()
     assert rc == 130, out[-3000:]
     run = run_dir_of(str(runs))
     stopped_at = max(r["step"] for r in rows(run))
-    assert 2 <= stopped_at < 6
+    assert 2 <= stopped_at < steps
     assert "SIGINT (Ctrl-C) received: finishing step" in out
-    assert f"stopped by SIGINT after step {stopped_at} of 6" in out
+    assert f"stopped by SIGINT after step {stopped_at} of {steps}" in out
     checkpoint = os.path.join(run, "ckpt", f"iter_{stopped_at:07d}")
     assert os.path.isfile(os.path.join(checkpoint, "manifest.json"))
     assert os.path.isfile(os.path.join(run, "report.png")) and os.path.isfile(os.path.join(run, "report.md"))
@@ -92,7 +95,7 @@ def test_ctrl_c_saves_the_step_and_the_printed_command_resumes_the_same_run(work
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert resumed.stdout.splitlines()[0] == f"run directory: {run} (resumed at step {stopped_at})"
     got = rows(run)
-    assert [r["step"] for r in got] == list(range(1, 7))  # each step once
+    assert [r["step"] for r in got] == list(range(1, steps + 1))  # each step once
 
     # the same trajectory as a run never stopped: a new run of the stopped run's config.yaml (issue 23 item 3: a
     # saved config reruns, in a directory of its own beside the first)
