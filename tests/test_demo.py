@@ -52,8 +52,9 @@ def fit(example, prompts, tmp_path, *extra):
 
 @pytest.mark.slow
 def test_demo_grpo_raises_heldout_accuracy(prompts, tmp_path):
-    """`bash scripts/run_demo.sh` as shipped: 60 steps (README: 0.480 -> 0.593)."""
-    before, after = fit("grpo/tiny_math.yaml", prompts, tmp_path)
+    """`bash scripts/run_demo.sh`'s run for its first 20 steps, where it evaluates (a constant learning rate, so
+    they are the 60-step run's): measured 0.480 -> 0.617 at step 20 (28 Nov; 0.591 at step 60)."""
+    before, after = fit("grpo/tiny_math.yaml", prompts, tmp_path, "rl_config.train_iters=20")
     assert before == pytest.approx(0.48, abs=0.03)  # the shipped warm-up checkpoint
     assert after >= before + 0.05
 
