@@ -218,20 +218,29 @@ def _check_run_directory(workdir, run):
     assert "rewards/accuracies" in (run / "report.md").read_text()
 
 
-def test_stopped_and_resumed_ends_as_an_uninterrupted_run(workdir):
+def whole_run_config(workdir, name, **train):
+    """6 steps of 16 pairs (the file's 16, shuffled), held-out eval before and after, a checkpoint every 2 steps."""
+    return dpo_yaml(workdir, name, dpo_config={"save": "<run_dir>/ckpt", "save_interval": 2},
+                    train={"global_batch_size": 16, "micro_batch_size": 8, "train_iters": 6, **train},
+                    data={"shuffle": True}, eval={"path": str(workdir / "pairs_heldout.mindrecord")})
+
+
+@pytest.fixture(scope="module")
+def whole_run(workdir):
+    """The uninterrupted one-process CLI run the tests below compare with (its directory: workdir/dpo_whole)."""
+    from mindrl.trainer.dpo_training import cli_main
+    assert cli_main(["--config", whole_run_config(workdir, "dpo_whole")]) == 0
+    return workdir / "dpo_whole"
+
+
+def test_stopped_and_resumed_ends_as_an_uninterrupted_run(workdir, whole_run):
     """The uninterrupted run is also the short CLI run whose directory is checked (_check_run_directory)."""
     from conftest import stop_then_resume
     from mindrl.config.dpo import load_dpo_config
     from mindrl.models.weights import TensorSource
     from mindrl.trainer.dpo_training import DPOTrainer, cli_main
-
-    def config(name):
-        return dpo_yaml(workdir, name, dpo_config={"save": "<run_dir>/ckpt", "save_interval": 2},
-                        train={"global_batch_size": 16, "micro_batch_size": 8, "train_iters": 6},
-                        data={"shuffle": True}, eval={"path": str(workdir / "pairs_heldout.mindrecord")})
-    assert cli_main(["--config", config("dpo_whole")]) == 0
-    _check_run_directory(workdir, workdir / "dpo_whole")
-    stop_then_resume(DPOTrainer(load_dpo_config(config("dpo_stopped"))), cli_main, "dpo")
+    _check_run_directory(workdir, whole_run)
+    stop_then_resume(DPOTrainer(load_dpo_config(whole_run_config(workdir, "dpo_stopped"))), cli_main, "dpo")
 
     def rows(name):
         return [json.loads(line) for line in open(workdir / name / "metrics.jsonl")]
@@ -245,6 +254,30 @@ def test_stopped_and_resumed_ends_as_an_uninterrupted_run(workdir):
     assert sorted(want.names()) == sorted(got.names())
     for name in want.names():
         np.testing.assert_array_equal(got.get(name), want.get(name), err_msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.msrun
+def test_two_data_parallel_workers_end_as_the_one_process_run(workdir, whole_run, tmp_path):
+    """`mindrl dpo` under msrun, 2 workers (data-parallel 2, 8 pairs per replica and step): every step's metrics
+    (the reference's log-probs, TRL's reward metrics, the loss and gradient norm from all-reduced partial sums),
+    the held-out eval and the final model equal the one-process run's."""
+    from mindrl.models.weights import TensorSource
+    from test_parallel import msrun
+    msrun(["python", "-m", "mindrl.cli", "dpo", "--config", whole_run_config(workdir, "dpo_dp2"),
+           "dpo_config.save=null", "dpo_config.save_interval=0"], str(tmp_path / "msrun"))
+    want = [json.loads(line) for line in open(whole_run / "metrics.jsonl")]
+    got = [json.loads(line) for line in open(workdir / "dpo_dp2" / "metrics.jsonl")]
+    assert [r["step"] for r in got] == [r["step"] for r in want]
+    for a, b in zip(want, got):
+        for key in a:
+            if not key.startswith("timing/") and "per_s" not in key and "tps" not in key:
+                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), (a["step"], key)
+    w, g = TensorSource(str(whole_run / "model")), TensorSource(str(workdir / "dpo_dp2" / "model"))
+    assert sorted(w.names()) == sorted(g.names())
+    for name in w.names():
+        if not name.endswith("k_proj.bias"):  # no true gradient (see test_micro_batches_add_up_to_the_whole_batch)
+            np.testing.assert_allclose(g.get(name), w.get(name), rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@
   loss equals it on the held-out rows;
 - gradient accumulation: micro-batches of 2 and one micro-batch of the whole global batch give the same losses,
   gradient norms and weights;
+- packing (data.packing): each packed row's logits equal the row's alone, and a packed step's loss and gradient
+  equal the unpacked step's;
 - a run of a few steps via the CLI writes its run directory, a finite loss that goes down, and an HF directory
   transformers reads;
 - a run stopped by SIGINT and resumed with the command it printed ends as an uninterrupted run (metrics and weights);
@@ -189,6 +191,60 @@ def test_gradient_accumulation_equals_one_big_batch(workdir, whole_run):
     # gradient is near zero can move differently on rounding alone; 1e-4 is a hundredth of one step of lr 0.01
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def varied_rows(seed=0, lengths=(30, 5, 7, 3, 12, 9, 6, 4)):
+    """SFT rows of very different lengths (random ids of the tiny vocabulary), the loss on each row's second half."""
+    rng = np.random.default_rng(seed)
+    ids = [rng.integers(3, 190, n).astype(np.int32) for n in lengths]
+    masks = [(np.arange(n) >= n // 2).astype(np.int32) for n in lengths]
+    return {"pretrain_ids": ids, "loss_mask": masks}
+
+
+def test_packed_rows_each_get_their_own_logits():
+    """Rows packed into shared sequences (segment attention) give every row the logits it gets alone: attention stays
+    inside each row and positions restart at each row's start."""
+    from mindrl.models import from_pretrained
+    from mindrl.trainer.sft import pack_rows
+    rows = varied_rows(1)
+    ids, mask, segments = pack_rows(rows["pretrain_ids"], rows["loss_mask"], 32, 0)
+    assert ids.shape == (4, 32) and segments.max() == 4  # 8 rows in 3 sequences (30 | 12 9 7 4 | 6 5 3), and 1 empty
+    alone, packed = from_pretrained(POLICY), from_pretrained(POLICY)
+    packed.net.model.segment_attention = True  # before its first call: a constant of the compiled graph
+    got = packed.logits(ids, segments)
+    seen = 0
+    for r in range(ids.shape[0]):
+        for seg in range(1, segments[r].max() + 1):
+            where = np.flatnonzero(segments[r] == seg)
+            row = ids[r, where]
+            match = [i for i, x in enumerate(rows["pretrain_ids"]) if np.array_equal(x, row)]
+            assert len(match) == 1
+            want = alone.logits(row[None])[0]
+            np.testing.assert_allclose(got[r, where], want, rtol=1e-4, atol=1e-4)
+            assert mask[r, where[0]] == 0  # a row's first token is never a target
+            np.testing.assert_array_equal(mask[r, where[1:]], rows["loss_mask"][match[0]][1:])
+            seen += 1
+    assert seen == 8
+
+
+def test_a_packed_step_equals_the_unpacked_step(workdir):
+    """data.packing: the same loss and accumulated gradient as the rows unpacked, from fewer sequences."""
+    from mindrl.config.sft import load_sft_config
+    from mindrl.trainer.sft_training import SFTTrainer
+    batch = varied_rows(2)
+    results = []
+    for packing in (False, True):
+        trainer = SFTTrainer(load_sft_config(sft_yaml(workdir, f"sft_packing_{packing}", sft_config=RUN,
+                                                      train={"global_batch_size": 8, "micro_batch_size": 8},
+                                                      data={"packing": packing})))
+        arrays = trainer._arrays(batch, range(8))
+        assert arrays["sft_ids"].shape == ((4, 32) if packing else (8, 32))
+        loss = trainer.updater.micro_step(arrays, trainer._denominator(batch))[0]
+        results.append((float(loss), [g.asnumpy().copy() for g in trainer.updater.accumulate.accum]))
+    (loss, grads), (packed_loss, packed_grads) = results
+    assert packed_loss == pytest.approx(loss, rel=1e-5)
+    for a, b in zip(grads, packed_grads):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5 * max(np.abs(a).max(), 1e-3))
 
 
 def test_stopped_and_resumed_ends_as_an_uninterrupted_run(workdir, whole_run):

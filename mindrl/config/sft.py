@@ -30,6 +30,9 @@ class SFTDataConfig:
                      "and loss_mask columns")
     shuffle: bool = _opt(True, help="shuffle the rows every epoch")
     seed: int | None = _opt(None, ge=0, lt=2**32, derived=True, help="shuffle seed; null = runtime.seed")
+    packing: bool = _opt(False, help="pack each micro-batch's rows into as few sequences of its width as they fit "
+                         "in, each row attending only to itself with positions from 0: the same loss and gradient, "
+                         "less padding computed")
 
 
 @dataclass(kw_only=True)
@@ -72,10 +75,12 @@ MINDSPEED_REFUSED = {
                              "and each micro-batch is padded to its longest row; remove it",
     "sft_config.variable_seq_lengths": "sft always pads each micro-batch to its longest row (variable lengths); "
                                        "remove it",
-    "sft_config.reset_position_ids": "packing several rows into one sequence is not supported: each row is its own "
-                                     "sequence, positions from 0; remove it",
-    "sft_config.reset_attention_mask": "packing several rows into one sequence is not supported: each row is its "
-                                       "own sequence; remove it",
+    "sft_config.reset_position_ids": "mindrl packs rows itself (data.packing: true) and then always starts each "
+                                     "row's positions at 0; MindSpeed-RL's key is for data packed in "
+                                     "preprocessing, which mindrl does not read; remove it",
+    "sft_config.reset_attention_mask": "mindrl packs rows itself (data.packing: true) and then always keeps each "
+                                       "row's attention to itself; MindSpeed-RL's key is for data packed in "
+                                       "preprocessing, which mindrl does not read; remove it",
     "sft_config.is_instruction_dataset": "sft always trains on instruction rows (the loss on the response tokens "
                                          "only, loss_mask); remove it",
     "sft_config.stage": "the command is the stage: `mindrl sft`; remove it",

@@ -326,6 +326,9 @@ class Backbone(nn.Cell):
             layer.recompute()  # MindFormers' recompute_config.recompute: MindSpore's own pass, per layer
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
         self.local_heads, self.local_kv_heads = cfg.num_heads // tp.size, cfg.n_kv_heads // tp.size
+        # True: ``attention_mask`` holds each token's segment of a packed row (`mindrl sft` with train.packing);
+        # a Python constant of the compiled graph, set before the first call
+        self.segment_attention = False
         cos, sin = rope_tables(cfg, cfg.max_position_embeddings)
         # constants, not Parameters: they are never trained nor saved
         self.cos_table = Tensor(cos)
@@ -342,17 +345,29 @@ class Backbone(nn.Cell):
     def _embed(self, input_ids):
         return self.embed_tokens(input_ids).astype(self.cdt)
 
+    def _allowed_and_positions(self, mask_i):
+        """[B, T, T]: 1 where query i may attend to key j; [B, T]: each token's position."""
+        b, t = mask_i.shape
+        causal = ops.broadcast_to(ops.tril(ops.ones((t, t), ms.int32)).reshape(1, t, t), (b, t, t))
+        if self.segment_attention:
+            same = ops.logical_and(ops.equal(mask_i.reshape(b, t, 1), mask_i.reshape(b, 1, t)),
+                                   (mask_i > 0).reshape(b, 1, t))
+            allowed = causal * same.astype(ms.int32)
+            return allowed, ops.relu(allowed.astype(ms.float32).sum(-1).astype(ms.int32) - 1)
+        return causal * ops.broadcast_to(mask_i.reshape(-1, 1, t), (b, t, t)), ops.relu(ops.cumsum(mask_i, 1) - 1)
+
     def _rope_and_mask(self, attention_mask):
         """Rotary tables at each token's position (padding skipped), as (for q, for k) pairs, q's scaled by the
         attention scale 1/sqrt(d) (one multiply per forward instead of one per layer), and the additive
         causal+padding mask at the attention scores' shape [B, KV, R*T, T] (R query heads per KV head; see
-        Attention._attend)."""
-        mask_i = attention_mask.astype(ms.int32)
-        cos, sin = self._rope(ops.relu(ops.cumsum(mask_i, 1) - 1))
-        t = attention_mask.shape[1]
-        b, d = cos.shape[0], cos.shape[-1]
-        allowed = (ops.broadcast_to(ops.tril(ops.ones((t, t), ms.int32)).reshape(1, t, t), (b, t, t))
-                   * ops.broadcast_to(mask_i.reshape(-1, 1, t), (b, t, t)))
+        Attention._attend).
+
+        With ``segment_attention``, the mask holds segments instead (1, 2, ... left to right, 0 = padding): a token
+        sees the earlier tokens of its own segment only, and its position counts from its segment's first token, so
+        each segment is computed as if it were a row of its own."""
+        allowed, positions = self._allowed_and_positions(attention_mask.astype(ms.int32))
+        cos, sin = self._rope(positions)
+        b, t, d = cos.shape[0], allowed.shape[-1], cos.shape[-1]
         add_mask = ops.select(allowed > 0, ops.zeros(allowed.shape, ms.float32),
                               ops.full(allowed.shape, NEG_INF, dtype=ms.float32))
         rep = self.config.num_heads // self.config.n_kv_heads

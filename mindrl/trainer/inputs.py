@@ -35,6 +35,7 @@ INPUTS: Dict[str, InputSpec] = {
     # supervised rows (PPO-ptx, SFT): token ids and a 0/1 loss mask over the same positions
     "sft_ids": InputSpec("int32", "sequence"),
     "sft_mask": InputSpec("int32", "sequence"),
+    "sft_segments": InputSpec("int32", "sequence"),  # packed rows (`mindrl sft`, data.packing): each token's row
     # preference pairs (train-rm)
     "chosen_ids": InputSpec("int32", "sequence"),
     "chosen_mask": InputSpec("int32", "sequence"),

@@ -27,7 +27,7 @@ from mindrl.trainer.context import bucket
 from mindrl.trainer.offline import OfflineTrainer, run_command
 from mindrl.trainer.ptx import PTX_COLUMNS, ptx_rows
 from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, load_weights
-from mindrl.trainer.sft import SFTLossCell
+from mindrl.trainer.sft import PackedSFTLossCell, SFTLossCell, pack_rows
 
 log = logging.getLogger("mindrl.sft")
 
@@ -38,13 +38,13 @@ class TrainedCausalLM(TrainedNetwork):
 
     name = "policy"
 
-    def __init__(self, run, spec):
+    def __init__(self, run, spec, packed: bool = False):
         super().__init__(run, spec)
         self.net = build_net(spec, "causal_lm", self.layout, self.model_config)
         source = load_weights(self.net, spec.weights)
         if source is not None:
             log.info("initial weights from %s", source)
-        self.loss_cell = SFTLossCell(self.net)
+        self.loss_cell = PackedSFTLossCell(self.net) if packed else SFTLossCell(self.net)
         self._train_with(self.loss_cell)
 
     def stages(self):
@@ -69,20 +69,25 @@ class SFTTrainer(OfflineTrainer):
                 "prompt + response, loss_mask = 1 on the response)")
 
     def make_role(self, run):
-        return TrainedCausalLM(run, self.spec)
+        return TrainedCausalLM(run, self.spec, packed=self.cfg.data.packing)
 
     def _arrays(self, batch, rows, training: bool = True) -> dict:
         """Right-padded ids and loss mask of ``rows``, at the bucket of the longest (at most the model's positions;
-        a longer row is cut to them)."""
+        a longer row is cut to them); with data.packing (training only), the rows packed into as few sequences of
+        that width as they fit in (trainer/sft.py, pack_rows)."""
         ids = [batch["pretrain_ids"][i] for i in rows]
+        masks = [batch["loss_mask"][i] for i in rows]
         longest = max(len(r) for r in ids)
         if longest > self.max_width and not self._cut:
             self._cut = True
             log.warning("rows longer than the model's %d positions (max_position_embeddings) are cut to them; the "
                         "longest has %d tokens", self.max_width, longest)
         width = min(bucket(longest), self.max_width)
-        sft_ids, sft_mask = ptx_rows({"pretrain_ids": ids, "loss_mask": [batch["loss_mask"][i] for i in rows]},
-                                     width, self.pad_id)
+        if training and self.cfg.data.packing:
+            sft_ids, sft_mask, segments = pack_rows([r[:width] for r in ids], [m[:width] for m in masks], width,
+                                                    self.pad_id)
+            return {"sft_ids": sft_ids, "sft_mask": sft_mask, "sft_segments": segments}
+        sft_ids, sft_mask = ptx_rows({"pretrain_ids": ids, "loss_mask": masks}, width, self.pad_id)
         return {"sft_ids": sft_ids, "sft_mask": sft_mask}
 
     def _denominator(self, batch) -> float:
@@ -117,7 +122,7 @@ class SFTTrainer(OfflineTrainer):
         nll, one = self.role.loss_cell.nll, Tensor(np.float32(1.0))
         self.net.set_train(False)
         for s in range(0, len(mine), micro):
-            a = self._arrays(held_out, mine[s:s + micro])
+            a = self._arrays(held_out, mine[s:s + micro], training=False)
             total += [float(nll(Tensor(a["sft_ids"]), Tensor(a["sft_mask"]), one).asnumpy()),
                       float(a["sft_mask"][:, 1:].sum())]
         self.net.set_train(True)
