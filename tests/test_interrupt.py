@@ -69,9 +69,9 @@ def run_dir_of(runs):
 
 @pytest.mark.slow
 def test_ctrl_c_saves_the_step_and_the_printed_command_resumes_the_same_run(workdir, tmp_path):
-    # 20 steps of a fraction of a second each: the run must still be going when the signal lands after step 2 (a
+    # 12 steps of a fraction of a second each: the run must still be going when the signal lands after step 2 (a
     # 6-step run was once over before a busy machine delivered it)
-    runs, log, steps = tmp_path / "runs", tmp_path / "stopped.log", 20
+    runs, log, steps = tmp_path / "runs", tmp_path / "stopped.log", 12
     rc = stop_after(start(train_args(workdir, runs, **{"rl_config.train_iters": steps}), log), str(runs), 2,
                     signal.SIGINT)
     out = log.read_text()
