@@ -8,8 +8,9 @@ bash scripts/setup.sh --test
 . .venv/bin/activate            # msrun starts workers with `python` from PATH
 export GLOG_v=3
 # three test files at a time on CI's two cores (pytest-xdist; a file's tests stay together, so its fixtures are built
-# once): with two, a fifth of the cores' time went unused (tests waiting on subprocesses, launchers, signals); files
-# go out in tests/conftest.py's order (longest first; xdist would reorder them by test count); the slowest tests are
-# listed at the end
+# once): with two, a fifth of the cores' time went unused (tests waiting on subprocesses, launchers, signals), and
+# three took 1464 s against 1549 s here, with at least 4 GB of memory left (test_recipes.py's 16 GB step goes
+# first); files go out in tests/conftest.py's order (longest first; xdist would reorder them by test count); the
+# slowest tests are listed at the end
 python -m pytest -p no:cacheprovider -q -n "${MINDRL_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
   --durations=40 "$@"

@@ -74,23 +74,23 @@ def test_demo_ppo_raises_heldout_accuracy(prompts, tmp_path):
 
 @pytest.mark.slow
 def test_demo_reward_model_learns_to_rank_pairs_it_never_saw(tmp_path):
-    """`mindrl train-rm --config examples/rm/tiny_math.yaml` on the README's training pairs (task.py --pairs), for 2
-    of its 10 epochs (the cosine schedule over those), judged on synthetic pairs of the 1000 held-out problems:
-    measured 0.834 of them ranked right (0 before: a zero head ties every pair, and a tie counts as wrong); one
-    epoch gave 0.649. About a minute on 2 quiet cores."""
+    """`mindrl train-rm --config examples/rm/tiny_math.yaml` on half of the README's training pairs (task.py --pairs,
+    its first 10,000) for 2 epochs (312 steps, the cosine schedule over those), judged on synthetic pairs of the
+    1000 held-out problems: measured 0.689 of them ranked right (0 before: a zero head ties every pair, and a tie
+    counts as wrong; all 20,000 pairs for 2 epochs gave 0.834, for 1 epoch 0.649). About 30 s on 2 quiet cores."""
     import task
     from mindrl.trainer.reward_training import cli_main as train_rm
-    task.write_pairs_jsonl(str(tmp_path / "pairs.jsonl"), task.training_ids(20000, 102), 2)  # task.py --pairs
+    task.write_pairs_jsonl(str(tmp_path / "pairs.jsonl"), task.training_ids(10000, 102), 2)  # task.py --pairs
     task.write_pairs_jsonl(str(tmp_path / "pairs_heldout.jsonl"), task.heldout_ids(), 7)
     train = preprocess(tmp_path / "pairs.jsonl", tmp_path / "pairs", "tiny_math_pairs")
     heldout = preprocess(tmp_path / "pairs_heldout.jsonl", tmp_path / "pairs_heldout", "tiny_math_pairs")
     os.chdir(ROOT)
-    assert train_rm(["--config", os.path.join(ROOT, "examples", "rm", "tiny_math.yaml"), "train.train_iters=624",
+    assert train_rm(["--config", os.path.join(ROOT, "examples", "rm", "tiny_math.yaml"), "train.train_iters=312",
                      f"data.path={train}", f"eval.path={heldout}", f"logging.log_dir={tmp_path / 'rm_logs'}",
                      "logging.progress_bar=false"]) == 0
     held_out = [r for r in map(json.loads, open(tmp_path / "rm_logs" / "metrics.jsonl")) if "rm/num_pairs" in r]
     print(f"reward model held-out accuracy {held_out[0]['rm/accuracy']:.3f} -> {held_out[-1]['rm/accuracy']:.3f}")
     assert held_out[0]["rm/accuracy"] < 0.1 and held_out[-1]["rm/num_pairs"] == 1000
-    assert held_out[-1]["rm/accuracy"] > 0.75
-    assert held_out[-1]["rm/margin_mean"] > 1.0  # 2.20 measured
+    assert held_out[-1]["rm/accuracy"] > 0.6
+    assert held_out[-1]["rm/margin_mean"] > 1.0  # 1.65 measured
     assert os.path.isdir(tmp_path / "rm_logs" / "model")  # what PPO's reward_config.load reads
