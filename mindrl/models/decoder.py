@@ -326,7 +326,7 @@ class Backbone(nn.Cell):
             layer.recompute()  # MindFormers' recompute_config.recompute: MindSpore's own pass, per layer
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
         self.local_heads, self.local_kv_heads = cfg.num_heads // tp.size, cfg.n_kv_heads // tp.size
-        # True: ``attention_mask`` holds each token's segment of a packed row (`mindrl sft` with train.packing);
+        # True: ``attention_mask`` holds each token's segment of a packed row (`mindrl sft` with data.packing);
         # a Python constant of the compiled graph, set before the first call
         self.segment_attention = False
         cos, sin = rope_tables(cfg, cfg.max_position_embeddings)
