@@ -91,6 +91,15 @@ class _Linear(nn.Cell):
         self.cdt = _param_dtype(compute_dtype)
         self.cast_needed = compute_dtype != param_dtype
         self.matmul = ops.MatMul()
+        self.lora_A = self.lora_B = None  # low-rank adapter factors (models/lora.py attaches them)
+        self.lora_scale = 0.0
+        self.lora_copy = None
+
+    def attach_lora(self, a, b, scale: float, copy) -> None:
+        """Add ``scale * x @ A @ B`` to this projection: ``a`` [in(/tp), r] and ``b`` [r, out(/tp)] are
+        :class:`LoraFactor` cells split like the base weight; ``copy`` (CopyToTP, or None at tp=1) sums the
+        gradient of the factor every tensor-parallel rank holds whole."""
+        self.lora_A, self.lora_B, self.lora_scale, self.lora_copy = a, b, float(scale), copy
 
     def _project(self, x):
         """x [..., in] -> y [N, out] (the leading axes flattened; ``_shaped`` restores them)."""
@@ -100,7 +109,21 @@ class _Linear(nn.Cell):
             w = ops.cast(w, self.cdt)
         if x2.dtype != self.cdt:
             x2 = ops.cast(x2, self.cdt)
-        return self.matmul(x2, w)
+        y = self.matmul(x2, w)
+        if self.lora_A is not None:
+            y = y + self._lora(x2)
+        return y
+
+    def _lora(self, x2):
+        a, b = self.lora_A.weight, self.lora_B.weight
+        if a.dtype != self.cdt:  # adapters are float32 whatever the base's dtype (as PEFT keeps them)
+            a, b = ops.cast(a, self.cdt), ops.cast(b, self.cdt)
+        if self.lora_copy is not None:  # the factor held whole by every rank: its gradient is the ranks' sum
+            if self.lora_A.split is None:
+                a = self.lora_copy(a)
+            else:
+                b = self.lora_copy(b)
+        return self.matmul(self.matmul(x2, a), b) * self.lora_scale
 
     @staticmethod
     def _shaped(y, x):
@@ -114,6 +137,19 @@ class _Linear(nn.Cell):
             return y
         b = ops.cast(self.bias, self.cdt) if self.cast_needed else self.bias
         return y + expand(b, y)
+
+
+class LoraFactor(nn.Cell):
+    """One factor of a low-rank adapter: ``weight`` stored [in, out] like every _Linear here (PEFT's
+    ``lora_A.weight`` [r, in] and ``lora_B.weight`` [out, r] transposed). ``split``: the stored axis a
+    tensor-parallel rank holds a slice of (None: whole on every rank)."""
+
+    transposed = True
+
+    def __init__(self, value: np.ndarray, split, tp: TPContext):
+        super().__init__()
+        self.weight = Parameter(Tensor(np.ascontiguousarray(value, np.float32)), name="weight")
+        self.split, self.tp = split, tp
 
 
 class ColumnLinear(_Linear):

@@ -9,7 +9,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from mindrl.parallel.layers import ColumnLinear, RowLinear, SINGLE, VocabEmbedding, _Linear
+from mindrl.parallel.layers import ColumnLinear, LoraFactor, RowLinear, SINGLE, VocabEmbedding, _Linear
 
 
 def split_axes(net) -> Dict[str, Optional[int]]:
@@ -27,6 +27,8 @@ def split_axes(net) -> Dict[str, Optional[int]]:
             axes[f"{prefix}.weight"] = 0
         elif isinstance(cell, VocabEmbedding):   # [vocab/tp, hidden]
             axes[f"{prefix}.weight"] = 0
+        elif isinstance(cell, LoraFactor) and cell.split is not None:
+            axes[f"{prefix}.weight"] = cell.split
     return {name: axes.get(name) for name, _ in net.parameters_and_names()}
 
 
@@ -34,7 +36,7 @@ def transposed_names(net) -> set:
     """Parameters whose stored tensor is the transpose of the external (HF) one."""
     out = set()
     for prefix, cell in net.cells_and_names():
-        if isinstance(cell, _Linear) and getattr(cell, "transposed", False):
+        if isinstance(cell, (_Linear, LoraFactor)) and getattr(cell, "transposed", False):
             out.add(f"{prefix}.weight" if prefix else "weight")
     return out
 

@@ -1,0 +1,164 @@
+"""Low-rank adapters (LoRA) on the decoder's projections: y = x W + (alpha / r) * x A B, with W frozen.
+
+Names, init and files follow PEFT, so an adapter trained here loads with ``peft`` on the Hugging Face base and one
+trained there loads here:
+- a projection ``model.layers.0.self_attn.q_proj`` gets ``...q_proj.lora_A.weight`` [r, in] and ``...lora_B.weight``
+  [out, r] (stored transposed, like every weight of this model); A is drawn as PEFT's default
+  (kaiming-uniform, a=sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B starts at zero, so the adapted model starts equal
+  to the base;
+- the PEFT adapter directory holds ``adapter_config.json`` and ``adapter_model.safetensors`` whose tensors are named
+  ``base_model.model.<name>``.
+
+Tensor parallel follows Megatron's LoRA: a column-parallel projection (output split) keeps A whole and B split like
+its output; a row-parallel one (input split) splits A like its input and keeps B whole. The product A B is then
+split exactly like W, so merging (W + s A B) needs no communication, and the factor every rank holds whole gets its
+gradient summed over the tensor-parallel group (layers.py, ``_Linear._lora``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+# the projections of a decoder layer, by their Hugging Face / PEFT names
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# MindSpeed-LLM / Megatron spell the same layers by their fused names
+MEGATRON_NAMES = {"linear_qkv": ("q_proj", "k_proj", "v_proj"), "linear_proj": ("o_proj",),
+                  "linear_fc1": ("gate_proj", "up_proj"), "linear_fc2": ("down_proj",)}
+PEFT_PREFIX = "base_model.model."
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+
+
+def target_projections(modules) -> Tuple[str, ...]:
+    """The projections ``lora_target_modules`` names: PEFT's names, Megatron's fused names, or ``all-linear``
+    (every projection of every layer; never the output head, as PEFT). Raises ValueError on an unknown name."""
+    names = [modules] if isinstance(modules, str) else list(modules)
+    out = []
+    for name in names:
+        if name == "all-linear":
+            out += PROJECTIONS
+        elif name in MEGATRON_NAMES:
+            out += MEGATRON_NAMES[name]
+        elif name in PROJECTIONS:
+            out.append(name)
+        else:
+            raise ValueError(f"{name!r} is not a projection of the decoder: one of {', '.join(PROJECTIONS)}, "
+                             f"{', '.join(MEGATRON_NAMES)} (MindSpeed-LLM's names) or 'all-linear'")
+    return tuple(p for p in PROJECTIONS if p in out)
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    rank: int
+    alpha: float
+    targets: Tuple[str, ...]   # projection names (target_projections)
+    seed: int = 0
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+    def text(self) -> str:
+        return f"LoRA r={self.rank}, alpha={self.alpha:g} on {', '.join(self.targets)}"
+
+
+def is_lora_name(name: str) -> bool:
+    return ".lora_A." in name or ".lora_B." in name
+
+
+def _init_a(name: str, rank: int, fan_in: int, seed: int) -> np.ndarray:
+    """A [r, in] as PEFT draws it (kaiming-uniform with a=sqrt(5)), from a stream of (seed, module name): the same
+    full tensor in every layout, whatever the order modules are visited in."""
+    digest = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+    rng = np.random.default_rng([int(seed), digest])
+    bound = 1.0 / np.sqrt(fan_in)
+    return rng.uniform(-bound, bound, size=(rank, fan_in)).astype(np.float32)
+
+
+def adapted_projections(net, targets) -> Dict[str, object]:
+    """{module name: projection cell} of ``net``'s projections a LoRA with these targets adapts."""
+    from mindrl.parallel.layers import ColumnLinear, RowLinear
+    return {name: cell for name, cell in net.cells_and_names()
+            if isinstance(cell, (ColumnLinear, RowLinear)) and name.rsplit(".", 1)[-1] in targets}
+
+
+def add_lora(net, spec: LoraSpec, name_prefix: str = "", trainable=("score.",)) -> list:
+    """Attach adapters to ``net``'s target projections (A drawn, B zero) and freeze every other parameter except
+    those starting with one of ``trainable`` (a value head). Returns the adapter parameter names (relative to net).
+    ``name_prefix``: the in-process prefix of the net's Parameter names (``rename``), given to the new ones too."""
+    from mindrl.parallel.layers import ColumnLinear, LoraFactor
+    added = []
+    for name, cell in adapted_projections(net, spec.targets).items():
+        tp = cell.tp
+        n_in, n_out = cell.weight.shape  # stored [in, out], this rank's slice
+        if isinstance(cell, ColumnLinear):  # output split: A whole, B split on its output axis
+            a = _init_a(name, spec.rank, n_in, spec.seed).T
+            a_cell = LoraFactor(a, None, tp)
+            b_cell = LoraFactor(np.zeros((spec.rank, n_out), np.float32), 1 if tp.size > 1 else None, tp)
+        else:  # RowLinear, input split: A split on its input axis, B whole
+            full = _init_a(name, spec.rank, n_in * tp.size, spec.seed).T
+            a = full[tp.rank * n_in:(tp.rank + 1) * n_in]
+            a_cell = LoraFactor(a, 0 if tp.size > 1 else None, tp)
+            b_cell = LoraFactor(np.zeros((spec.rank, n_out), np.float32), None, tp)
+        cell.attach_lora(a_cell, b_cell, spec.scale, tp.copy_region())
+        added += [f"{name}.lora_A.weight", f"{name}.lora_B.weight"]
+    if not added:
+        raise ValueError(f"LoRA targets {spec.targets} match no projection of the model")
+    adapters = set(added)
+    for name, p in net.parameters_and_names():
+        if name in adapters:
+            p.name = f"{name_prefix}.{name}" if name_prefix else name  # unique names in the process' graphs
+        elif not name.startswith(tuple(trainable)):
+            p.requires_grad = False
+    return added
+
+
+def merged(state: Dict[str, np.ndarray], scale: float) -> Dict[str, np.ndarray]:
+    """HF-oriented full tensors with adapters -> the same model without them: W [out, in] + scale * B @ A."""
+    out = {k: v for k, v in state.items() if not is_lora_name(k)}
+    for key in state:
+        if key.endswith(".lora_A.weight"):
+            module = key[:-len(".lora_A.weight")]
+            a, b = state[key].astype(np.float64), state[f"{module}.lora_B.weight"].astype(np.float64)
+            w = out[f"{module}.weight"]
+            out[f"{module}.weight"] = (w.astype(np.float64) + scale * (b @ a)).astype(w.dtype)
+    return out
+
+
+def adapters_of(state: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    return {k: v for k, v in state.items() if is_lora_name(k)}
+
+
+def peft_config(spec: LoraSpec, base: Optional[str], task_type: str = "CAUSAL_LM") -> dict:
+    """PEFT's adapter_config.json for this adapter (the keys PEFT reads; dropout is 0: mindrl trains without it)."""
+    return {"peft_type": "LORA", "task_type": task_type, "r": spec.rank, "lora_alpha": spec.alpha,
+            "lora_dropout": 0.0, "target_modules": list(spec.targets), "bias": "none", "fan_in_fan_out": False,
+            "use_rslora": False, "use_dora": False, "init_lora_weights": True, "modules_to_save": None,
+            "inference_mode": True, "base_model_name_or_path": base}
+
+
+def write_peft_adapter(directory: str, adapters: Dict[str, np.ndarray], spec: LoraSpec, base: Optional[str]) -> None:
+    """``directory``/adapter_config.json and adapter_model.safetensors (PEFT's names and orientation)."""
+    from mindrl.io import write_json
+    from mindrl.models.safetensors_io import save_safetensors
+    os.makedirs(directory, exist_ok=True)
+    save_safetensors({PEFT_PREFIX + k: np.ascontiguousarray(v, np.float32) for k, v in adapters.items()},
+                     os.path.join(directory, ADAPTER_WEIGHTS))
+    write_json(os.path.join(directory, ADAPTER_CONFIG), peft_config(spec, base))
+
+
+def read_peft_adapter(directory: str) -> Tuple[dict, Dict[str, np.ndarray]]:
+    """(adapter_config.json, {name without PEFT's prefix: HF-oriented tensor}) of a PEFT adapter directory."""
+    from mindrl.models.safetensors_io import SafetensorsFile
+    with open(os.path.join(directory, ADAPTER_CONFIG)) as f:
+        config = json.load(f)
+    f = SafetensorsFile(os.path.join(directory, ADAPTER_WEIGHTS))
+    out = {}
+    for k in f.keys():
+        name = k[len(PEFT_PREFIX):] if k.startswith(PEFT_PREFIX) else k
+        out[name] = f.get(k).astype(np.float32)
+    return config, out

@@ -1,0 +1,213 @@
+"""LoRA against PEFT on PyTorch (the reference): the same init, forward, gradients, one AdamW update, and the adapter
+files each writes loading in the other."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+
+from conftest import make_hf_checkpoint  # noqa: E402
+
+R, ALPHA = 4, 8.0
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lora_base")
+    make_hf_checkpoint(d, "qwen2", seed=3)  # q/k/v biases: a bias the adapter must leave alone
+    return str(d)
+
+
+def _mindrl_lora(path, spec_seed=0, targets=TARGETS):
+    from mindrl.models import from_pretrained
+    from mindrl.models.lora import LoraSpec, add_lora
+    lm = from_pretrained(path).net
+    spec = LoraSpec(R, ALPHA, targets, spec_seed)
+    names = add_lora(lm, spec)
+    return lm, spec, names
+
+
+def _peft_model(path, adapters):
+    """PEFT on transformers' own model, with the adapters set to ``adapters`` (HF names, HF orientation)."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    cfg = peft.LoraConfig(r=R, lora_alpha=ALPHA, target_modules=list(TARGETS), lora_dropout=0.0)
+    pm = peft.get_peft_model(model, cfg)
+    params = dict(pm.named_parameters())
+    with torch.no_grad():
+        for name, value in adapters.items():
+            key = "base_model.model." + name.replace(".weight", ".default.weight")
+            params[key].copy_(torch.tensor(value))
+    return pm
+
+
+def _adapters(lm):
+    from mindrl.models.lora import adapters_of
+    from mindrl.models.weights import state_numpy
+    return adapters_of(state_numpy(lm))
+
+
+def _batch(rng, vocab):
+    ids = rng.integers(0, vocab, size=(3, 10)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[0, :3] = 0
+    return ids, mask
+
+
+def _torch_logits(model, ids, mask):
+    pos = np.clip(np.cumsum(mask, 1) - 1, 0, None)
+    out = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                position_ids=torch.tensor(pos, dtype=torch.long))
+    return out.logits
+
+
+def _ms_logits(lm, ids, mask):
+    from mindspore import Tensor
+    return lm(Tensor(ids), Tensor(mask)).asnumpy()
+
+
+def test_init_is_peft_default_and_the_adapted_model_starts_as_the_base(base, rng):
+    from mindrl.models import from_pretrained
+    lm, spec, names = _mindrl_lora(base)
+    ad = _adapters(lm)
+    assert sorted(ad) == sorted(names) and len(names) == 2 * 7 * 2  # A and B of 7 projections in 2 layers
+    for name, v in ad.items():
+        if ".lora_A." in name:
+            fan_in = v.shape[1]
+            assert v.shape[0] == R and np.abs(v).max() <= 1 / np.sqrt(fan_in)
+            assert np.abs(v).max() > 0.8 / np.sqrt(fan_in)  # kaiming-uniform fills its interval
+        else:
+            assert v.shape[1] == R and not v.any()  # B starts at zero
+    ids, mask = _batch(rng, 211)
+    plain = from_pretrained(base).net
+    np.testing.assert_array_equal(_ms_logits(lm, ids, mask), _ms_logits(plain, ids, mask))
+    assert sorted(p.name for p in lm.trainable_params()) == sorted(names)  # the base is frozen
+
+
+def _perturbed(lm, rng):
+    """Non-zero B (and A) so every adapter term counts."""
+    import mindspore as ms
+    from mindrl.parallel.layout import to_internal
+    for name, p in lm.parameters_and_names():
+        if ".lora_" in name:
+            value = rng.normal(0, 0.2, size=p.shape[::-1]).astype(np.float32)  # HF orientation, then stored
+            p.set_data(ms.Tensor(to_internal(value, True)))
+
+
+def test_forward_and_adapter_gradients_match_peft(base, rng):
+    import mindspore as ms
+    from mindspore import Tensor, nn, ops
+    from mindrl.parallel.layout import to_external
+    lm, _, names = _mindrl_lora(base)
+    _perturbed(lm, rng)
+    pm = _peft_model(base, _adapters(lm))
+    ids, mask = _batch(rng, 211)
+    want = _torch_logits(pm, ids, mask)
+    real = mask.astype(bool)  # logits at padding are arbitrary
+    np.testing.assert_allclose(_ms_logits(lm, ids, mask)[real], want.detach().numpy()[real], atol=2e-5, rtol=1e-4)
+
+    weights = rng.uniform(0.5, 1.5, size=(3, 9)).astype(np.float32) * mask[:, 1:] * mask[:, :-1]
+    logp = torch.log_softmax(want[:, :-1].double(), -1)
+    picked = logp.gather(-1, torch.tensor(ids[:, 1:], dtype=torch.long)[..., None])[..., 0]
+    (-(picked * torch.tensor(weights, dtype=torch.float64)).sum()).backward()
+    torch_grads = {n[len("base_model.model."):].replace(".default.", "."): p.grad.numpy()
+                   for n, p in pm.named_parameters() if p.grad is not None}
+    assert sorted(torch_grads) == sorted(names)  # PEFT too trains the adapters only
+
+    class Loss(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.lm = lm
+
+        def construct(self, ids, mask, targets, w):
+            logp = ops.log_softmax(self.lm(ids, mask)[:, :-1], -1)
+            return -(ops.gather_elements(logp, 2, targets.reshape(targets.shape + (1,))).squeeze(-1) * w).sum()
+
+    params = lm.trainable_params()
+    _, grads = ms.value_and_grad(Loss(), None, params)(Tensor(ids), Tensor(mask), Tensor(ids[:, 1:].copy()),
+                                                      Tensor(weights))
+    for p, g in zip(params, grads):
+        ref = torch_grads[p.name]
+        err = np.abs(to_external(g.asnumpy(), True) - ref).max() / max(np.abs(ref).max(), 1e-3)
+        assert err < 2e-4, f"{p.name}: gradient error {err:.1e}"
+
+
+def _nll_cell(lm):
+    from mindspore import nn, ops
+
+    class Loss(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.lm = lm
+
+        def construct(self, ids, mask, targets, w):
+            logp = ops.log_softmax(self.lm(ids, mask)[:, :-1], -1)
+            return -(ops.gather_elements(logp, 2, targets.reshape(targets.shape + (1,))).squeeze(-1) * w).sum()
+    return Loss()
+
+
+def test_one_adamw_update_from_the_same_init_equals_peft_and_torch(base, rng):
+    """The first update from PEFT's init (B = 0, so only B moves), then a second (A moves too)."""
+    import mindspore as ms
+    from mindspore import Tensor
+    from mindrl.trainer.optim import AdamW
+    lm, _, names = _mindrl_lora(base)
+    pm = _peft_model(base, _adapters(lm))
+    lr, wd = 1e-2, 0.1
+    ids, mask = _batch(rng, 211)
+    weights = (mask[:, 1:] * mask[:, :-1]).astype(np.float32)
+    params = lm.trainable_params()
+    opt = AdamW(params, weight_decay=wd)
+    grad_fn = ms.value_and_grad(_nll_cell(lm), None, params)
+    t_params = [p for p in pm.parameters() if p.requires_grad]
+    t_opt = torch.optim.AdamW(t_params, lr=lr, weight_decay=wd)
+    for _ in range(2):
+        _, grads = grad_fn(Tensor(ids), Tensor(mask), Tensor(ids[:, 1:].copy()), Tensor(weights))
+        opt(grads, Tensor(lr, ms.float32))
+        t_opt.zero_grad()
+        logp = torch.log_softmax(_torch_logits(pm, ids, mask)[:, :-1], -1)
+        picked = logp.gather(-1, torch.tensor(ids[:, 1:], dtype=torch.long)[..., None])[..., 0]
+        (-(picked * torch.tensor(weights)).sum()).backward()
+        t_opt.step()
+    got = _adapters(lm)
+    want = {n[len("base_model.model."):].replace(".default.", "."): p.detach().numpy()
+            for n, p in pm.named_parameters() if p.requires_grad}
+    moved = 0
+    for name in names:
+        np.testing.assert_allclose(got[name], want[name], atol=2e-5, rtol=1e-4, err_msg=name)
+        moved += ".lora_B." in name and np.abs(got[name]).max() > 1e-3
+    assert moved == len(names) // 2  # every B left zero
+
+
+def test_peft_adapter_files_load_in_peft_and_merged_export_in_transformers(base, rng, tmp_path):
+    from transformers import AutoModelForCausalLM
+    from mindrl.models.lora import merged, read_peft_adapter, write_peft_adapter
+    from mindrl.models.weights import export_hf, state_numpy
+    from mindrl.models.config import load_model_config
+    lm, spec, names = _mindrl_lora(base)
+    _perturbed(lm, rng)
+    ids, mask = _batch(rng, 211)
+    real = mask.astype(bool)
+    ours = _ms_logits(lm, ids, mask)[real]
+    state = state_numpy(lm)
+    write_peft_adapter(str(tmp_path / "adapter"), {n: state[n] for n in names}, spec, base)
+    cfg = json.load(open(tmp_path / "adapter" / "adapter_config.json"))
+    assert cfg["r"] == R and cfg["lora_alpha"] == ALPHA and cfg["base_model_name_or_path"] == base
+    pm = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(tmp_path / "adapter"))
+    np.testing.assert_allclose(_torch_logits(pm, ids, mask).detach().numpy()[real], ours, atol=2e-5, rtol=1e-4)
+
+    export_hf(merged(state, spec.scale), load_model_config(base), str(tmp_path / "merged"))
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "merged"))
+    np.testing.assert_allclose(_torch_logits(hf, ids, mask).detach().numpy()[real], ours, atol=2e-5, rtol=1e-4)
+    assert not any(".lora_" in k for k in hf.state_dict())
+
+    # and back: PEFT's own save (its "default" adapter) reads as ours
+    pm.save_pretrained(str(tmp_path / "peft_saved"))
+    _, back = read_peft_adapter(str(tmp_path / "peft_saved"))
+    assert sorted(back) == sorted(names)
+    for n in names:
+        np.testing.assert_array_equal(back[n], state[n])
