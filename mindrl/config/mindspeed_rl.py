@@ -131,6 +131,11 @@ MEGATRON: dict = {
                  why="true: bfloat16, false: float32; on CPU mindrl computes bfloat16 in float32, with a warning"),
     "fp16": Rule(to="{role}.compute_dtype", convert=_fp16, why="true: float16"),
     "train_iters": Rule(to="rl_config.train_iters"),
+    "lora_r": Rule(to="{role}.lora_rank", why="0 or absent: full fine-tuning"),
+    "lora_alpha": Rule(to="{role}.lora_alpha", convert=number),
+    "lora_target_modules": Rule(to="{role}.lora_target_modules", why="Megatron's names (linear_qkv, linear_proj, "
+                                "linear_fc1, linear_fc2) or PEFT's"),
+    "lora_fusion": Rule(any=True, why=_PERF),
     "save_interval": Rule(to="actor_config.save_interval"),
     "tokenizer_name_or_path": Rule(to="actor_config.tokenizer_name_or_path"),
     "tokenizer_type": Rule(ok=("PretrainedFromHF", "HuggingFaceTokenizer"),

@@ -21,6 +21,7 @@ from typing import Dict, Optional, Tuple
 
 from mindrl.algorithms import get_advantage_estimator
 from mindrl.config.batch_plan import BatchPlan, StageLayout, plan_batches
+from mindrl.models.lora import LoraSpec, target_projections
 
 
 # -- optimizer and learning rate ---------------------------------------------------------------------------------------
@@ -96,6 +97,9 @@ class WeightsSpec:
     path: Optional[str]
     part: str = "policy"
     what: str = "random initialisation"   # said in the plan: which key or rule chose it
+    # LoRA on resume: ``path``'s part holds the merged model and its adapter; the network is rebuilt from the base
+    # its adapter_config.json names (base_model_name_or_path) plus the adapter (trainer/roles/base.py)
+    adapters: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,12 +140,14 @@ class RoleSpec:
     epochs: int = 1                    # trained roles: passes over a step's experience
     rows_per_update: int = 0           # trained roles: responses per optimizer update (a mini-batch)
     shuffle: bool = True               # trained roles: rows shuffled into mini-batches before each pass
+    lora: Optional[LoraSpec] = None    # trained roles: adapters on a frozen base (None: full fine-tuning)
 
     def text(self) -> str:
         dtype = f", {self.model.compute_dtype}" if self.model.compute_dtype else ""
         w = self.weights
         where = f"{w.path} ({w.what})" if w.path is not None else w.what
         line = f"{self.name}: {self.model.path}{dtype}, from {where}"
+        line += f"; {self.lora.text()}" if self.lora is not None else ""
         return line + (f"; {self.optim.text()}" if self.optim is not None else "")
 
 
@@ -149,7 +155,9 @@ def critic_weights(cfg) -> WeightsSpec:
     """Where the critic starts: the run being resumed (its checkpoint's critic/), else where a new run starts it
     (``critic_start``). A source without a value head gets a zero head (roles/critic.py)."""
     if not cfg.actor_config.finetune:
-        return WeightsSpec(cfg.actor_config.load, "critic", "the resumed run's critic")
+        lora = bool(cfg.critic_config.lora_rank)
+        return WeightsSpec(cfg.actor_config.load, "critic", "the resumed run's critic" + (": its base and adapter"
+                                                                                          if lora else ""), lora)
     return critic_start(cfg)
 
 
@@ -167,6 +175,14 @@ def critic_start(cfg) -> WeightsSpec:
     return WeightsSpec(None, "policy", "random initialisation, as the policy")
 
 
+def lora_spec(section, seed: int) -> Optional[LoraSpec]:
+    """The adapters a role's config section asks for (None: lora_rank 0, full fine-tuning)."""
+    if not section.lora_rank:
+        return None
+    return LoraSpec(section.lora_rank, float(section.lora_alpha), target_projections(section.lora_target_modules),
+                    seed)
+
+
 def plan_roles(cfg, batch: BatchPlan, needs_critic: bool) -> Dict[str, RoleSpec]:
     rl, actor, gen, steps = cfg.rl_config, cfg.actor_config, cfg.generate_config, cfg.rl_config.train_iters
     seed = cfg.runtime.seed
@@ -174,13 +190,19 @@ def plan_roles(cfg, batch: BatchPlan, needs_critic: bool) -> Dict[str, RoleSpec]
     updates = dict(epochs=batch.epochs, rows_per_update=batch.responses_per_update, shuffle=batch.shuffle)
     roles = {"policy": RoleSpec(
         "policy", "train", ModelSpec(actor.model, actor.compute_dtype),
-        WeightsSpec(actor.load, "policy", "actor_config.load" if actor.finetune else "the resumed run's policy")
+        (WeightsSpec(actor.load, "policy", "actor_config.load") if actor.finetune else
+         WeightsSpec(actor.load, "policy", "the resumed run's policy" + (": its base and adapter" if actor.lora_rank
+                                                                         else ""), bool(actor.lora_rank)))
         if actor.load else WeightsSpec(None),
         batch.train, batch.micro_batch, seed, OptimSpec.of(actor, steps),
         PolicyLossSpec(rl.clip_ratio_low, rl.clip_ratio_high, rl.clip_ratio_c, rl.loss_agg_mode, kl_in_loss,
                        rl.kl_penalty, rl.kl_coef, rl.entropy_coeff, rl.policy_loss, gen.max_tokens),
-        scoring_micro_batch=batch.logprob_micro_batch, **updates)}
-    if rl.kl_coef > 0:
+        scoring_micro_batch=batch.logprob_micro_batch, lora=lora_spec(actor, seed), **updates)}
+    if rl.kl_coef > 0 and actor.lora_rank:  # the policy's own base with its adapters off (roles/reference.py)
+        roles["reference"] = RoleSpec("reference", "train", ModelSpec(actor.model, actor.compute_dtype),
+                                      WeightsSpec(None, "policy", "the policy's frozen base (LoRA)"),
+                                      batch.train, batch.ref_micro_batch, seed)
+    elif rl.kl_coef > 0:
         ref = cfg.ref
         roles["reference"] = RoleSpec(
             "reference", "train", ModelSpec(ref.model, actor.compute_dtype),
@@ -192,7 +214,7 @@ def plan_roles(cfg, batch: BatchPlan, needs_critic: bool) -> Dict[str, RoleSpec]
         roles["critic"] = RoleSpec(
             "critic", "critic", ModelSpec(cc.model, cc.compute_dtype or actor.compute_dtype), critic_weights(cfg),
             batch.critic, batch.critic_micro_batch, seed + 7, OptimSpec.of(cc, steps),
-            ValueLossSpec(rl.cliprange_value, cc.loss_agg_mode), **updates)
+            ValueLossSpec(rl.cliprange_value, cc.loss_agg_mode), lora=lora_spec(cc, seed + 7), **updates)
     if cfg.reward_config is not None:
         rm = cfg.reward_config
         roles["reward_model"] = RoleSpec("reward_model", "reward", ModelSpec(rm.model),

@@ -142,7 +142,22 @@ class OptimizerConfig:
 
 
 @dataclass(kw_only=True)
-class ActorConfig(OptimizerConfig):
+class LoraConfig:
+    """Low-rank adapters (LoRA) instead of full fine-tuning: the base weights stay frozen (actor_config and
+    critic_config; PEFT's and MindSpeed-LLM's key names)."""
+    lora_rank: int = _opt(0, ge=0, help="adapter rank r (MindSpeed-LLM: lora_r); 0 = full fine-tuning, no adapters")
+    lora_alpha: float = _opt(16.0, gt=0.0, help="adapter scale numerator: the update is (lora_alpha / lora_rank) "
+                             "* x A B")
+    lora_dropout: float = _opt(0.0, ge=0.0, help="must be 0: dropout would make the update's log-probs "
+                               "differ from the rollout's at equal weights, and on CPU its noise cannot be seeded")
+    lora_target_modules: list[str] = _opt(factory=lambda: ["all-linear"], help="projections that get adapters: "
+                                          "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj, MindSpeed-LLM's "
+                                          "linear_qkv linear_proj linear_fc1 linear_fc2, or all-linear (never the "
+                                          "output head)")
+
+
+@dataclass(kw_only=True)
+class ActorConfig(LoraConfig, OptimizerConfig):
     model: str = _opt(path=True, help="model yaml (name in model_configs/ or path) or HF dir")
     tokenizer_name_or_path: str = _opt(path=True, help="tokenizer directory or file")
     load: str | None = _opt(None, path=True, help="initial weights or checkpoint to resume")
@@ -161,7 +176,7 @@ class ActorConfig(OptimizerConfig):
 
 
 @dataclass(kw_only=True)
-class CriticConfig(OptimizerConfig):
+class CriticConfig(LoraConfig, OptimizerConfig):
     """PPO's value model: its own weights, layout, optimizer and schedule (MindSpeed-RL's section name)."""
     model: str | None = _opt(None, path=True, derived=True, help="critic architecture; null = that of load, else "
                              "of the reward model, else actor_config.model")

@@ -98,7 +98,7 @@ def _check_rules(cfg: TrainConfig, explicit: set[str], err: Errors) -> None:
     """The rules that involve several keys, by theme; each adds its refusals to ``err``."""
     r = _Rules(cfg, explicit, err)
     for check in (_check_estimator, _check_critic, _check_rewards, _check_ptx, _check_kl, _check_policy_loss,
-                  _check_actor, _check_generation, _check_eval_and_runtime):
+                  _check_actor, _check_lora, _check_generation, _check_eval_and_runtime):
         check(r)
     _check_batches(cfg, explicit, err)
     _check_run_dir_keys(cfg, err)
@@ -277,7 +277,7 @@ def _check_actor(r: "_Rules") -> None:
             if f"actor_config.{key}" in r.explicit and r.values[f"actor_config.{key}"] is False:
                 r.err.add(f"actor_config.{key}", "false has no effect: finetune: true starts a new run and restores "
                                                  "no optimizer or RNG state; set finetune: false to resume")
-    if not actor.finetune and r.cfg.ref.ref_model_load_path is None and rl.kl_coef > 0:
+    if not actor.finetune and r.cfg.ref.ref_model_load_path is None and rl.kl_coef > 0 and not actor.lora_rank:
         r.err.add("ref.ref_model_load_path",
                   "is required when actor_config.finetune is false and kl_coef > 0: the resumed "
                   "checkpoint holds the trained actor, so give the original weights for the "
@@ -303,6 +303,37 @@ def _check_actor(r: "_Rules") -> None:
                   f"is {actor.save_interval} but actor_config.save is not set; give a save directory")
     if actor.save is None:
         r.inert("actor_config.keep_last", "nothing is saved (actor_config.save is not set)", "actor_config.save")
+
+
+def _check_lora(r: "_Rules") -> None:
+    """Adapters: known projections, no dropout, and with a LoRA policy the reference is its frozen base."""
+    from mindrl.models.lora import target_projections
+    for section in ("actor_config", "critic_config"):
+        sec = getattr(r.cfg, section)
+        if sec is None:
+            continue
+        if not sec.lora_rank:
+            for key in ("lora_alpha", "lora_dropout", "lora_target_modules"):
+                r.inert(f"{section}.{key}", f"{section}.lora_rank is 0 (full fine-tuning, no adapters)",
+                        f"{section}.lora_rank")
+            continue
+        if sec.lora_dropout:
+            r.err.add(f"{section}.lora_dropout", f"{sec.lora_dropout} is not supported, only 0: dropout would make "
+                      "the update's log-probs differ from the rollout's at equal weights (the clipped ratio is no "
+                      "longer 1 on the first pass), and on CPU its noise cannot be seeded, so a resume would not "
+                      "repeat the run")
+        try:
+            target_projections(sec.lora_target_modules)
+        except ValueError as e:
+            r.err.add(f"{section}.lora_target_modules", str(e))
+    actor, ref = r.actor, r.cfg.ref
+    if actor.lora_rank and r.rl.kl_coef > 0:
+        same = actor.finetune and ref.ref_model_load_path in (None, actor.load)
+        if "ref.ref_model_load_path" in r.explicit and not same:
+            r.err.add("ref.ref_model_load_path", "with LoRA (actor_config.lora_rank > 0) the reference model is the "
+                      "policy's frozen base weights with the adapters off (no second model); remove it")
+        if "ref.model" in r.explicit and ref.model not in (None, actor.model):
+            r.err.add("ref.model", "with LoRA the reference model is the policy's own base; remove it")
 
 
 def _check_generation(r: "_Rules") -> None:

@@ -36,7 +36,9 @@ ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetens
 def target_projections(modules) -> Tuple[str, ...]:
     """The projections ``lora_target_modules`` names: PEFT's names, Megatron's fused names, or ``all-linear``
     (every projection of every layer; never the output head, as PEFT). Raises ValueError on an unknown name."""
-    names = [modules] if isinstance(modules, str) else list(modules)
+    if isinstance(modules, str):  # MindSpeed-LLM's command line habit: "linear_qkv linear_proj"
+        modules = modules.replace(",", " ").split()
+    names = list(modules)
     out = []
     for name in names:
         if name == "all-linear":
@@ -133,29 +135,35 @@ def adapters_of(state: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     return {k: v for k, v in state.items() if is_lora_name(k)}
 
 
-def peft_config(spec: LoraSpec, base: Optional[str], task_type: str = "CAUSAL_LM") -> dict:
+def peft_config(spec: LoraSpec, base: Optional[str], task_type: str = "CAUSAL_LM",
+                modules_to_save: Optional[list] = None) -> dict:
     """PEFT's adapter_config.json for this adapter (the keys PEFT reads; dropout is 0: mindrl trains without it)."""
     return {"peft_type": "LORA", "task_type": task_type, "r": spec.rank, "lora_alpha": spec.alpha,
             "lora_dropout": 0.0, "target_modules": list(spec.targets), "bias": "none", "fan_in_fan_out": False,
-            "use_rslora": False, "use_dora": False, "init_lora_weights": True, "modules_to_save": None,
+            "use_rslora": False, "use_dora": False, "init_lora_weights": True, "modules_to_save": modules_to_save,
             "inference_mode": True, "base_model_name_or_path": base}
 
 
-def write_peft_adapter(directory: str, adapters: Dict[str, np.ndarray], spec: LoraSpec, base: Optional[str]) -> None:
-    """``directory``/adapter_config.json and adapter_model.safetensors (PEFT's names and orientation)."""
+def write_peft_adapter(directory: str, trained: Dict[str, np.ndarray], spec: LoraSpec, base: Optional[str],
+                       task_type: str = "CAUSAL_LM") -> None:
+    """``directory``/adapter_config.json and adapter_model.safetensors (PEFT's names and orientation). ``trained``:
+    the adapters, and a value model's head (PEFT's ``modules_to_save``, trained whole)."""
     from mindrl.io import write_json
     from mindrl.models.safetensors_io import save_safetensors
     os.makedirs(directory, exist_ok=True)
-    save_safetensors({PEFT_PREFIX + k: np.ascontiguousarray(v, np.float32) for k, v in adapters.items()},
+    whole = sorted({k.split(".")[0] for k in trained if not is_lora_name(k)})
+    save_safetensors({PEFT_PREFIX + k: np.ascontiguousarray(v, np.float32) for k, v in trained.items()},
                      os.path.join(directory, ADAPTER_WEIGHTS))
-    write_json(os.path.join(directory, ADAPTER_CONFIG), peft_config(spec, base))
+    write_json(os.path.join(directory, ADAPTER_CONFIG), peft_config(spec, base, task_type, whole or None))
 
 
-def read_peft_adapter(directory: str) -> Tuple[dict, Dict[str, np.ndarray]]:
+def read_peft_adapter(directory: str, tensors: bool = True) -> Tuple[dict, Dict[str, np.ndarray]]:
     """(adapter_config.json, {name without PEFT's prefix: HF-oriented tensor}) of a PEFT adapter directory."""
     from mindrl.models.safetensors_io import SafetensorsFile
     with open(os.path.join(directory, ADAPTER_CONFIG)) as f:
         config = json.load(f)
+    if not tensors:
+        return config, {}
     f = SafetensorsFile(os.path.join(directory, ADAPTER_WEIGHTS))
     out = {}
     for k in f.keys():

@@ -82,40 +82,57 @@ def _prod(shape):
 
 
 class _Copy(nn.Cell):
-    def __init__(self, params, plan, fused):
+    def __init__(self, params, plan, fused, adapters=(), lora_scale=0.0):
         super().__init__(auto_prefix=False)
         self.src = ms.ParameterTuple([s for s, _ in params])
         self.dst = ms.ParameterTuple([d for _, d in params])
-        self.plan = plan              # per parameter: (gathered index or -1, dst axis, dst size, dst rank)
+        self.plan = plan              # per parameter: (gathered index or -1, dst axis, dst size, dst rank, adapter)
         self.fused = fused
         self.gathered_src = tuple(i for i, item in enumerate(plan) if item[0] >= 0)
+        # LoRA: the train weight W and its adapter (A, B), whose product is split like W (models/lora.py), so the
+        # merged W + s A B is formed on each rank's own shard, before any gather
+        self.lora_a = ms.ParameterTuple([a for a, _ in adapters])
+        self.lora_b = ms.ParameterTuple([b for _, b in adapters])
+        self.lora_scale = float(lora_scale)
+        self.matmul = ops.MatMul()
+
+    def _source(self, i):
+        j = self.plan[i][4]
+        if j < 0:
+            return self.src[i]
+        w = self.src[i]
+        delta = self.matmul(self.lora_a[j], self.lora_b[j]) * self.lora_scale
+        return w + ops.cast(delta, w.dtype)
 
     def construct(self):
         full = ()
         if self.fused is not None:
-            full = self.fused(tuple(self.src[i] for i in self.gathered_src))
+            full = self.fused(tuple(self._source(i) for i in self.gathered_src))
         done = ()
         for i in range(len(self.plan)):
-            g, axis, size, rank = self.plan[i]
-            x = self.src[i] if g < 0 else full[g]
+            g, axis, size, rank, _ = self.plan[i]
+            x = self._source(i) if g < 0 else full[g]
             done = done + (ops.assign(self.dst[i], _slice(x, axis, size, rank)),)
         return len(done)
 
 
 class Resharder:
-    """Copies ``train_net``'s parameters into ``infer_net`` (built with another tp layout)."""
+    """Copies ``train_net``'s parameters into ``infer_net`` (built with another tp layout, or without adapters: a
+    LoRA train network's weights arrive merged, W + (alpha/r) A B)."""
 
-    def __init__(self, train_net, infer_net, train_tp, infer_tp):
+    def __init__(self, train_net, infer_net, train_tp, infer_tp, lora_scale: float = 0.0):
         self.noop = train_net is infer_net
         if self.noop:
             return
         t_axes, i_axes = split_axes(train_net), split_axes(infer_net)
         t_params = dict(train_net.parameters_and_names())
+        adapters = {n: p for n, p in t_params.items() if ".lora_A." in n or ".lora_B." in n}
+        t_params = {n: p for n, p in t_params.items() if n not in adapters}
         i_params = dict(infer_net.parameters_and_names())
         if set(t_params) != set(i_params):
             missing = sorted(set(t_params) ^ set(i_params))[:3]
             raise ValueError(f"train and infer models differ in parameters, e.g. {missing}")
-        params, plan, g_shapes, g_axes = [], [], [], []
+        params, plan, g_shapes, g_axes, pairs = [], [], [], [], []
         self.bytes_moved = 0
         for name in sorted(t_params):
             ta, ia = t_axes[name], i_axes[name]
@@ -131,12 +148,17 @@ class Resharder:
                     g = len(g_shapes) - 1
                     self.bytes_moved += src.size * 4 * (train_tp.size - 1)
             params.append((src, dst))
-            plan.append((g, ia, infer_tp.size if ia is not None else 1, infer_tp.rank))
+            module = name[:-len(".weight")]
+            lora = -1
+            if f"{module}.lora_A.weight" in adapters:
+                pairs.append((adapters[f"{module}.lora_A.weight"], adapters[f"{module}.lora_B.weight"]))
+                lora = len(pairs) - 1
+            plan.append((g, ia, infer_tp.size if ia is not None else 1, infer_tp.rank, lora))
         fused = None
         if g_shapes:
             fused = _FusedGather(train_tp.group, train_tp.rank, train_tp.size, g_shapes, g_axes,
                                  world_group=train_tp.size == _STATE["world"])
-        self.cell = _Copy(params, tuple(plan), fused)
+        self.cell = _Copy(params, tuple(plan), fused, pairs, lora_scale)
 
     def __call__(self):
         if not self.noop:

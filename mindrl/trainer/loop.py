@@ -64,7 +64,8 @@ class RLTrainer:
         self.estimator = get_advantage_estimator(plan.estimator)
         roles = plan.roles
         self.policy = Policy(run, roles["policy"], ptx=PtxTerm if plan.schedule.pretrain_coef > 0 else None)
-        self.reference = Reference(run, roles["reference"]) if "reference" in roles else None
+        self.reference = Reference(run, roles["reference"], self.policy if self.policy.spec.lora else None) \
+            if "reference" in roles else None
         self.critic = Critic(run, roles["critic"]) if "critic" in roles else None
         self.reward_model = RewardScorer(run, roles["reward_model"]) if "reward_model" in roles else None
         kl = plan.reward.kl

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from mindrl.models import lora as lora_io
 from mindrl.models.lm import build_network
 from mindrl.models.safetensors_io import save_safetensors
 from mindrl.models.weights import export_hf, load_into, state_numpy  # export_hf: callers' name too
@@ -65,6 +66,44 @@ def load_weights(net, weights, allow_missing=()) -> Optional[str]:
     return source
 
 
+def adapter_dir(weights) -> str:
+    """The PEFT adapter directory of a resumed LoRA role: ``<iter>/<part>/adapter``."""
+    return os.path.join(ck.role_dir(ck.resolve(weights.path), weights.part), "adapter")
+
+
+def base_weights(spec):
+    """Where a role's base weights come from: its spec's weights, or on a LoRA resume the base its checkpoint's
+    adapter_config.json names (null there: the run's random initialisation, rebuilt from the seed)."""
+    w = spec.weights
+    if not w.adapters:
+        return w
+    config, _ = lora_io.read_peft_adapter(adapter_dir(w), tensors=False)
+    base = config.get("base_model_name_or_path")
+    return type(w)(base, "policy", f"the base of {w.path}'s adapter" if base else "random initialisation")
+
+
+def load_adapters(net, directory: str, names) -> None:
+    """Set ``net``'s trained LoRA tensors ``names`` (adapters, and a value head) from a PEFT adapter directory,
+    each rank taking its tensor-parallel slice; the files are checked against the checkpoint's manifest first."""
+    import mindspore as ms
+    part = os.path.dirname(directory)
+    root = os.path.dirname(part)
+    if os.path.isfile(os.path.join(root, ck.MANIFEST)):
+        rel = os.path.basename(part) + "/adapter/"
+        ck.verify_checkpoint(root, lambda f: f.startswith(rel))
+    _, tensors = lora_io.read_peft_adapter(directory)
+    missing = sorted(set(names) - set(tensors))
+    if missing:
+        raise ck.CheckpointError(f"{directory}: the adapter has no tensor {missing[0]!r} (has {len(tensors)})")
+    axes, trans, tp = split_axes(net), transposed_names(net), None
+    params = dict(net.parameters_and_names())
+    from mindrl.parallel.layout import tp_of
+    tp = tp_of(net)
+    for name in names:
+        local = take_shard(to_internal(tensors[name], name in trans), axes.get(name), tp.size, tp.rank)
+        params[name].set_data(ms.Tensor(np.ascontiguousarray(local, np.float32), dtype=params[name].dtype))
+
+
 def score_in_shares(cell, exp, layout: Layout, exchange, micro_batch: int) -> np.ndarray:
     """Run a scoring ``cell`` on this data-parallel replica's rows of ``exp`` in micro-batches, then give every
     rank the whole batch's result (replica order). The cell's inputs are ``exp``'s fields of the same names."""
@@ -105,6 +144,23 @@ class TrainedNetwork:
         self.run, self.spec = run, spec
         self.layout = run.topo[spec.stage]
         self.model_config = spec.model.load()
+
+    def _attach_lora(self, base_source: Optional[str]) -> None:
+        """With ``spec.lora``: adapters on ``self.net`` (whose base weights are loaded), the base frozen; on a
+        resume, the adapters (and value head) of the checkpoint. ``base_source``: the base weights read (recorded
+        in the adapter's config as PEFT's base_model_name_or_path), None for a random base."""
+        spec = self.spec
+        self.lora_base = os.path.abspath(base_source) if base_source else None
+        if spec.lora is None:
+            return
+        lora_io.add_lora(self.net, spec.lora, self.rename or "", trainable=("score.",))
+        if spec.weights.adapters:
+            load_adapters(self.net, adapter_dir(spec.weights), self.trained_names())
+            log.info("%s adapters loaded from %s", self.name, adapter_dir(spec.weights))
+
+    def trained_names(self) -> List[str]:
+        """The parameters the optimizer updates (all of them without LoRA; the adapters and a head with it)."""
+        return [n for n, p in self.net.parameters_and_names() if p.requires_grad]
 
     def _train_with(self, loss_cell, step_name: str = "global_step") -> None:
         grad_reduce = None
@@ -165,7 +221,14 @@ class TrainedNetwork:
         optim = {spec[k][0]: to_external(v, spec[k][2]) for k, v in optim.items()}
         if run.topo.is_main:
             os.makedirs(directory, exist_ok=True)
-            export_hf(full, self.model_config, directory, self.hf_config(), self.run.tokenizer_dir)
+            lora = self.spec.lora
+            # with LoRA: the merged model (what transformers, `mindrl eval` and a new run load) and the adapter
+            model = lora_io.merged(full, lora.scale) if lora else full
+            export_hf(model, self.model_config, directory, self.hf_config(), self.run.tokenizer_dir)
+            if lora:
+                lora_io.write_peft_adapter(os.path.join(directory, "adapter"),
+                                           {n: full[n] for n in self.trained_names()}, lora, self.lora_base,
+                                           "CAUSAL_LM" if self.name == "policy" else "SEQ_CLS")
             save_safetensors(optim, os.path.join(directory, ck.OPTIMIZER))
         run.exchange.barrier()
         if run.topo.world > 1:  # this rank's shards, in the orientation the strategy file describes

@@ -13,7 +13,8 @@ import mindspore as ms
 
 from mindrl.models.weights import TensorSource, load_into, weights_path
 from mindrl.trainer.critic_graphs import CriticLossCell
-from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, compile_scorer, score_in_shares
+from mindrl.trainer.roles.base import (Stage, TrainedNetwork, base_weights, build_net, compile_scorer,
+                                       score_in_shares)
 
 log = logging.getLogger("mindrl.train")
 
@@ -24,15 +25,18 @@ class Critic(TrainedNetwork):
 
     def __init__(self, run, spec):
         super().__init__(run, spec)
-        self.net = build_net(spec, "value", self.layout, self.model_config, rename=self.rename)
-        head = False
-        if spec.weights.path is not None:
-            source = TensorSource(weights_path(spec.weights.path, spec.weights.part, verify=True))
+        weights = base_weights(spec)  # with LoRA on resume: the base the checkpoint's adapter names
+        self.net = build_net(spec, "value", self.layout, self.model_config, rename=self.rename,
+                             init=weights.path is None)
+        head, path = False, None
+        if weights.path is not None:
+            source = TensorSource(weights_path(weights.path, weights.part, verify=True))
             load_into(self.net, source, allow_missing=("score.",))
-            head = "score.weight" in source
+            head, path = "score.weight" in source, source.path
             log.info("critic weights loaded from %s%s", source.path, "" if head else " (backbone; zero value head)")
         if not head:
             self.net.score.weight.set_data(ms.Tensor(np.zeros(self.net.score.weight.shape, np.float32)))
+        self._attach_lora(path)  # on a LoRA resume the value head comes back with the adapters
         self.loss_cell = CriticLossCell(self.net, spec.loss.cliprange_value, spec.loss.loss_agg_mode)
         self.values_cell = self.loss_cell.values
         self._train_with(self.loss_cell, step_name=f"{self.rename}.global_step")

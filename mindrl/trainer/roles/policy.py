@@ -14,8 +14,8 @@ from mindrl.algorithms.losses import ActorLoss
 from mindrl.parallel.reshard import Resharder
 from mindrl.rollout.generator import Generator
 from mindrl.trainer.actor_graphs import ActorLossCell
-from mindrl.trainer.roles.base import (Stage, TrainedNetwork, build_net, compile_scorer, load_weights,
-                                       score_in_shares)
+from mindrl.trainer.roles.base import (Stage, TrainedNetwork, base_weights, build_net, compile_scorer,
+                                       load_weights, score_in_shares)
 
 log = logging.getLogger("mindrl.train")
 
@@ -27,15 +27,19 @@ class Policy(TrainedNetwork):
         """``ptx``: a PtxTerm factory (PPO-ptx's supervised term shares this network's gradient buffers)."""
         super().__init__(run, spec)
         plan, topo = run.plan, run.topo
-        self.net = build_net(spec, "causal_lm", self.layout, self.model_config)
-        source = load_weights(self.net, spec.weights)
+        weights = base_weights(spec)  # with LoRA on resume: the base the checkpoint's adapter names
+        self.net = build_net(spec, "causal_lm", self.layout, self.model_config, init=weights.path is None)
+        source = load_weights(self.net, weights)
         if source:
             log.info("policy weights loaded from %s", source)
-        # the rollout model: the train network itself when the layouts match, else a copy in the infer layout
-        # whose weights come from the train model by reshard (no checkpoint is read twice)
-        self.infer_net = self.net if topo.infer.tp == topo.train.tp else \
+        self._attach_lora(source)
+        # the rollout model: the train network itself when the layouts match (and it has no adapters), else a copy
+        # in the infer layout whose weights come from the train model by reshard (merged with the adapters)
+        lora = spec.lora
+        self.infer_net = self.net if topo.infer.tp == topo.train.tp and lora is None else \
             build_net(spec, "causal_lm", topo.infer, self.model_config, rename="infer", train=False, init=False)
-        self.resharder = Resharder(self.net, self.infer_net, topo.train.tp_context(), topo.infer.tp_context())
+        self.resharder = Resharder(self.net, self.infer_net, topo.train.tp_context(), topo.infer.tp_context(),
+                                   lora.scale if lora else 0.0)
         ro = plan.rollout
         self.generator = Generator(self.infer_net, max_batch=plan.batch.rollout_batch,
                                    max_prompt_len=ro.max_prompt_length, max_new_tokens=ro.max_tokens,

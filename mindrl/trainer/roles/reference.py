@@ -17,14 +17,20 @@ log = logging.getLogger("mindrl.train")
 class Reference:
     name = "reference"
 
-    def __init__(self, run, spec):
+    def __init__(self, run, spec, lora_policy=None):
+        """``lora_policy``: a LoRA policy whose frozen base this reference is (its adapters off): the network
+        shares the policy's base Parameters, so there is no second copy of the weights."""
         self.run, self.spec, self.layout = run, spec, run.topo[spec.stage]
         self.model_config = spec.model.load()
-        self.net = build_net(spec, "causal_lm", self.layout, self.model_config)
-        source = load_weights(self.net, spec.weights)
-        if source:
-            log.info("reference weights loaded from %s", source)
-        rename_parameters(self.net, "ref")  # after loading: the files name the parameters without the prefix
+        self.net = build_net(spec, "causal_lm", self.layout, self.model_config,
+                             init=False if lora_policy is not None else None)
+        if lora_policy is not None:
+            share_base(self.net, lora_policy.net)
+        else:
+            source = load_weights(self.net, spec.weights)
+            if source:
+                log.info("reference weights loaded from %s", source)
+            rename_parameters(self.net, "ref")  # after loading: files name the parameters without the prefix
         self.net.set_train(False)
         self.scorer = ResponseLogProbs(self.net, run.plan.rollout.temperature)
 
@@ -36,3 +42,11 @@ class Reference:
 
     def compile(self, prompt_width: int, response_width: int) -> None:
         compile_scorer(self.scorer, self.spec.micro_batch, prompt_width, response_width)
+
+
+def share_base(net, adapted) -> None:
+    """Make every Parameter of ``net`` the one of the same name in ``adapted`` (the same model with adapters)."""
+    cells = dict(adapted.cells_and_names())
+    for name, cell in net.cells_and_names():
+        for attr in list(cell._params):
+            setattr(cell, attr, getattr(cells[name], attr))
