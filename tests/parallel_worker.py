@@ -91,7 +91,8 @@ def run_grpo(out, config, overrides):
     cfg = load_train_config(config, overrides)
     trainer = RLTrainer(cfg)
     seen = watch_reward_model(trainer) if trainer.reward_model is not None else None
-    metrics = trainer.train_step()
+    for _ in range(cfg.rl_config.train_iters):  # the metrics of the last step
+        metrics = trainer.train_step()
     if cfg.actor_config.save:
         trainer.save()
     if trainer.run.topo.rank == 0:

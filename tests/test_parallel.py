@@ -287,3 +287,47 @@ def test_only_save_strategy_writes_files_and_exits(grpo_dir, tmp_path):
     infer = json.loads((tmp_path / "strategy" / "infer_policy_strategy" / "strategy_0.json").read_text())
     assert infer["parallel_layout_item"]["model.embed_tokens.weight"]["tensor_map"] == [0, -1]
     assert not (d / "strat" / "ckpt").exists() and not (d / "strat" / "logs" / "metrics.jsonl").exists()
+
+
+TWO_STEPS = ["rl_config.kl_coef=0.05", "rl_config.train_iters=2"]
+LORA = ["actor_config.lora_rank=4", "actor_config.lora_alpha=8", "actor_config.lr=1e-2"]
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_grpo_train_tp2_matches_single_process(grpo_dir, tmp_path, lora):
+    """The actor at tp=2 for two steps (the second rolls out what the first update's reshard wrote) equals the
+    single process: metrics (the gradient norm summed over the tp group's shards, counting whole tensors once),
+    and the checkpoint. With LoRA: A or B split like its base weight, the other whole, the reference the shared
+    frozen base; the adapter and the merged model are compared."""
+    d, name = grpo_dir, "lora" if lora else "full"
+    over = TWO_STEPS + (LORA if lora else ["actor_config.lr=1e-3"])
+    env = dict(os.environ, GLOG_v="3")
+    single = subprocess.run([sys.executable, WORKER, "grpo", str(tmp_path / "single.json"), CONFIG]
+                            + grpo_overrides(d, f"{name}_single") + over, cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert single.returncode == 0, single.stderr[-3000:]
+    msrun([WORKER, "grpo", str(tmp_path / "par.json"), CONFIG] + grpo_overrides(d, f"{name}_par") + over
+          + ["generate_config.infer_tensor_parallel_size=2", "actor_config.tensor_model_parallel_size=2"],
+          str(tmp_path / "log"))
+    a = json.loads((tmp_path / "single.json").read_text())
+    b = json.loads((tmp_path / "par.json").read_text())
+    assert a["grpo/score/mean"] == pytest.approx(b["grpo/score/mean"], rel=1e-6)  # step 2's rollouts: merged W
+    assert a["actor/kl_loss"] > 0  # the first update moved the policy away from the reference
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+    from mindrl.models.safetensors_io import SafetensorsFile
+    from mindrl.models.weights import TensorSource
+    for rel in ("policy/adapter/adapter_model.safetensors", "policy") if lora else ("policy",):
+        x_src = d / f"{name}_single" / "ckpt" / "iter_0000002" / rel
+        y_src = d / f"{name}_par" / "ckpt" / "iter_0000002" / rel
+        x, y = (SafetensorsFile(str(x_src)), SafetensorsFile(str(y_src))) if rel.endswith("safetensors") else \
+            (TensorSource(str(x_src)), TensorSource(str(y_src)))
+        tensors = list(x.keys()) if hasattr(x, "keys") else x.names()
+        assert len(tensors) > 0
+        for t in tensors:
+            u, v = x.get(t), y.get(t)
+            assert np.linalg.norm(u - v) <= 1e-5 * max(np.linalg.norm(u), 1e-3), (rel, t)
+    base = TensorSource(str(d / "policy"))
+    merged = TensorSource(str(d / f"{name}_par" / "ckpt" / "iter_0000002" / "policy"))
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert np.abs(merged.get(q) - base.get(q)).max() > 1e-4  # it updated (with LoRA: the export is merged)

@@ -104,19 +104,30 @@ class GradNorm(nn.Cell):
     """The accumulated gradient's global norm, after ``grad_reduce`` (data parallel) has all-reduced it in place.
 
     A separate graph from the step, so that the caller can look at the norm and skip a non-finite update before
-    the optimizer touches its state."""
+    the optimizer touches its state. Under tensor parallelism (``tp_reduce``: a sum over the tp group) the squares
+    of the tensors split across the group (``sharded``, one flag per tensor) are summed over it, and those every
+    rank holds whole (equal gradients) are counted once, so every rank clips by the same, true, norm."""
 
-    def __init__(self, accum, grad_reduce=None):
+    def __init__(self, accum, grad_reduce=None, tp_reduce=None, sharded=()):
         super().__init__(auto_prefix=False)
         self.accum = accum
         self.grad_reduce = grad_reduce
+        self.tp_reduce = tp_reduce
+        self.sharded = tuple(i for i, s in enumerate(sharded) if s)
+        self.whole = tuple(i for i, s in enumerate(sharded) if not s)
         self.hyper_map = ops.HyperMap()
 
     def construct(self):
         grads = self.accum
         if self.grad_reduce is not None:  # the step (another graph) reads the reduced sums from the buffers
             grads = self.hyper_map(ops.partial(_reduce_in_place, self.grad_reduce), self.accum)
-        return ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads)))
+        squares = self.hyper_map(_square_sum, grads)
+        if self.tp_reduce is None:
+            return ops.sqrt(ops.addn(squares))
+        split = self.tp_reduce(ops.addn(tuple(squares[i] for i in self.sharded)))
+        if not self.whole:
+            return ops.sqrt(split)
+        return ops.sqrt(split + ops.addn(tuple(squares[i] for i in self.whole)))
 
 
 class ApplyGrad(nn.Cell):
@@ -180,14 +191,16 @@ class Updater:
     OptimSpec of the run plan, or a config section with those keys).
     """
 
-    def __init__(self, loss_cell, params, optim, grad_reduce=None, step_name: str = "global_step"):
+    def __init__(self, loss_cell, params, optim, grad_reduce=None, step_name: str = "global_step", tp_reduce=None,
+                 sharded=()):
+        """``tp_reduce`` and ``sharded``: see GradNorm (None at tp=1)."""
         params = list(params)
         self.loss_cell = loss_cell
         self.metrics: Tuple[Tuple[str, str], ...] = tuple(loss_cell.METRICS)
         self.accumulate = AccumulateGrad(loss_cell, params)
         self.optimizer = AdamW(params, optim.adam_beta1, optim.adam_beta2, optim.adam_eps, optim.weight_decay,
                                step_name=step_name)
-        self.norm_cell = GradNorm(self.accumulate.accum, grad_reduce)
+        self.norm_cell = GradNorm(self.accumulate.accum, grad_reduce, tp_reduce, sharded)
         self.apply_cell = ApplyGrad(self.accumulate.accum, self.optimizer, optim.clip_grad)
         self.reset_cell = ResetGrad(self.accumulate.accum)
         self.finite_cell = AllFinite(params)

@@ -166,7 +166,15 @@ class TrainedNetwork:
         grad_reduce = None
         if self.layout.dp > 1:  # each replica's gradient is a partial sum of the mini-batch's
             grad_reduce = AllReduceSum(self.layout.dp_group())
-        self.updater = Updater(loss_cell, self.net.trainable_params(), self.spec.optim, grad_reduce, step_name)
+        params, tp = self.net.trainable_params(), self.layout.tp_context()
+        tp_reduce = sharded = None
+        if tp.size > 1:  # the gradient norm sums the split tensors' squares over the tp group
+            axes = split_axes(self.net)
+            tp_reduce = AllReduceSum(tp.group)
+            sharded = [axes.get(self.file_key(p.name)) is not None for p in params]
+            if not any(sharded):
+                tp_reduce = sharded = None
+        self.updater = Updater(loss_cell, params, self.spec.optim, grad_reduce, step_name, tp_reduce, sharded or ())
 
     def lr_at(self, step: int) -> float:
         return self.spec.optim.lr_at(step)
