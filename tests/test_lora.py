@@ -211,3 +211,109 @@ def test_peft_adapter_files_load_in_peft_and_merged_export_in_transformers(base,
     assert sorted(back) == sorted(names)
     for n in names:
         np.testing.assert_array_equal(back[n], state[n])
+
+
+# -- in RL runs ------------------------------------------------------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LORA_RUN = {"actor_config.lora_rank": 4, "actor_config.lora_alpha": 8, "actor_config.lr": 1e-2,
+            "rl_config.kl_coef": 0.05}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    from conftest import make_grpo_workdir
+    return make_grpo_workdir(tmp_path_factory.mktemp("lora_grpo"))
+
+
+def _config(workdir, run, example="grpo", lora=True, **over):
+    from conftest import as_overrides, tiny_run_settings
+    from mindrl.config import load_train_config
+    settings = tiny_run_settings(workdir, workdir / run / "logs", **{
+        "rl_config.train_iters": 4, "actor_config.save": str(workdir / run / "ckpt"), "actor_config.save_interval": 2,
+        **(LORA_RUN if lora else {})})
+    settings.update(over)
+    return load_train_config(os.path.join(ROOT, "examples", example, "tiny_math.yaml"), as_overrides(settings))
+
+
+def _run(cfg):
+    from mindrl.trainer import RLTrainer
+    trainer = RLTrainer(cfg)
+    trainer.fit()
+    return trainer
+
+
+def _steps(path):
+    return [r for r in (json.loads(line) for line in open(path)) if "timing/all" in r]
+
+
+def test_grpo_trains_the_adapters_only_rolls_out_merged_and_resumes_exactly(workdir):
+    from mindrl.models.lora import read_peft_adapter
+    from mindrl.models.weights import TensorSource
+    full = _run(_config(workdir, "lora"))
+    rows = _steps(workdir / "lora" / "logs" / "metrics.jsonl")
+    assert rows[0]["actor/kl_loss"] == 0.0 and rows[-1]["actor/kl_loss"] > 0  # the reference is the frozen base
+    policy = workdir / "lora" / "ckpt" / "iter_0000004" / "policy"
+    config, adapters = read_peft_adapter(str(policy / "adapter"))
+    assert config["r"] == 4 and config["lora_alpha"] == 8 and config["base_model_name_or_path"] == str(workdir / "policy")
+    base, merged = TensorSource(str(workdir / "policy")), TensorSource(str(policy))
+    assert sorted(merged.names()) == sorted(base.names())  # the merged export: the base's tensors, no adapter
+    changed = 0
+    for name in base.names():  # merged = W + (alpha / r) B A, in float64 from the files; the rest is the base's
+        module = name[:-len(".weight")]
+        want = base.get(name).astype(np.float64)
+        if f"{module}.lora_A.weight" in adapters:
+            want = want + 2.0 * (adapters[f"{module}.lora_B.weight"].astype(np.float64)
+                                 @ adapters[f"{module}.lora_A.weight"].astype(np.float64))
+            changed += 1
+        np.testing.assert_allclose(merged.get(name), want, rtol=0, atol=1e-6, err_msg=name)
+    assert changed == 7 and max(np.abs(v).max() for k, v in adapters.items() if ".lora_B." in k) > 1e-3
+    moments = TensorSource(str(policy / "optimizer.safetensors")).names()
+    assert moments and all(".lora_" in n for n in moments if n != "global_step")  # no state for the base
+    # the rollout model holds the merged weights
+    infer = dict(full.policy.infer_net.parameters_and_names())
+    q = "model.layers.0.self_attn.q_proj.weight"
+    np.testing.assert_allclose(infer[q].asnumpy().T, merged.get(q), rtol=0, atol=1e-6)
+
+    import shutil
+    shutil.copytree(workdir / "lora" / "ckpt" / "iter_0000002", workdir / "lora_src" / "iter_0000002")
+    (workdir / "lora_src" / "latest_checkpointed_iteration.txt").write_text("2")
+    resumed = _run(_config(workdir, "lora_resumed", **{"actor_config.finetune": "false",
+                                                       "actor_config.load": str(workdir / "lora_src")}))
+    again = _steps(workdir / "lora_resumed" / "logs" / "metrics.jsonl")
+    assert [r["step"] for r in again] == [3, 4]
+    for a, b in zip(rows[2:], again):
+        for key in ("grpo/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):
+            assert a[key] == b[key], key
+    wa, wb = full.policy.state_dict(), resumed.policy.state_dict()
+    assert sorted(wa) == sorted(wb) and all(np.array_equal(wa[k], wb[k]) for k in wa)
+
+
+def test_ppo_with_a_lora_critic_saves_its_value_head_with_the_adapter(workdir):
+    """The critic too: adapters plus its value head (PEFT's modules_to_save) trained, its backbone frozen."""
+    from mindrl.models.lora import read_peft_adapter
+    from mindrl.models.weights import TensorSource
+    trainer = _run(_config(workdir, "ppo_lora", example="ppo", **{
+        "rl_config.train_iters": 2, "rl_config.n_samples_per_prompt": 1, "rl_config.global_batch_size": 8,
+        "rl_config.mini_batch_size": 8, "rl_config.critic_warmup": 0, "critic_config.lora_rank": 4,
+        "critic_config.lr": 1e-2, "eval.path": "null"}))
+    names = trainer.critic.trained_names()
+    assert "score.weight" in names and all(".lora_" in n for n in names if n != "score.weight")
+    critic = workdir / "ppo_lora" / "ckpt" / "iter_0000002" / "critic"
+    config, tensors = read_peft_adapter(str(critic / "adapter"))
+    assert config["task_type"] == "SEQ_CLS" and config["modules_to_save"] == ["score"]
+    assert np.abs(tensors["score.weight"]).max() > 0  # started at zero, trained
+    assert "score.weight" in TensorSource(str(critic)).names()
+
+
+@pytest.mark.parametrize("over, key", [
+    ({"actor_config.lora_dropout": 0.05}, "actor_config.lora_dropout"),
+    ({"actor_config.lora_target_modules": "[q_proj,attn]"}, "actor_config.lora_target_modules"),
+    ({"ref.ref_model_load_path": "/elsewhere"}, "ref.ref_model_load_path"),
+    ({"lora": False, "actor_config.lora_alpha": 32}, "actor_config.lora_alpha"),  # no adapters: lora_rank is 0
+])
+def test_lora_keys_that_cannot_be_honoured_are_refused(workdir, over, key):
+    from mindrl.config.errors import ConfigError
+    with pytest.raises(ConfigError) as err:
+        _config(workdir, "refused", **over)
+    assert key in str(err.value)

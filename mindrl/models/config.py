@@ -480,7 +480,7 @@ MEGATRON_TRAINING_KEYS = frozenset((
     "adam_beta1", "adam_beta2", "adam_eps", "attention_dropout", "clip_grad", "coc_fused_kernel", "coc_parallel_num",
     "context_parallel_size", "data_path", "dataset_additional_keys", "distributed_backend",
     "expert_model_parallel_size", "finetune", "fp16", "full_shuffle_instruction_dataset", "global_batch_size",
-    "hidden_dropout", "initial_loss_scale", "load", "lr", "lr_decay_style", "lr_warmup_fraction", "lr_warmup_iters",
+    "hidden_dropout", "initial_loss_scale", "load", "lora_alpha", "lora_fusion", "lora_r", "lora_target_modules", "lr", "lr_decay_style", "lr_warmup_fraction", "lr_warmup_iters",
     "micro_batch_size", "min_lr", "no_load_optim", "no_load_rng", "no_save_optim", "no_save_rng", "no_shared_storage",
     "no_shuffle", "num_workers", "overlap_grad_reduce", "overlap_param_gather", "pipeline_model_parallel_size",
     "recompute_granularity", "recompute_method", "recompute_num_layers", "reuse_fp32_param", "save", "save_interval",
