@@ -247,10 +247,16 @@ def _steps(path):
     return [r for r in (json.loads(line) for line in open(path)) if "timing/all" in r]
 
 
-def test_grpo_trains_the_adapters_only_rolls_out_merged_and_resumes_exactly(workdir):
+@pytest.fixture(scope="module")
+def lora_run(workdir):
+    """4 GRPO steps with LoRA on the policy and a KL term, saved at steps 2 and 4."""
+    return _run(_config(workdir, "lora"))
+
+
+def test_grpo_trains_the_adapters_only_rolls_out_merged_and_resumes_exactly(workdir, lora_run):
     from mindrl.models.lora import read_peft_adapter
     from mindrl.models.weights import TensorSource
-    full = _run(_config(workdir, "lora"))
+    full = lora_run
     rows = _steps(workdir / "lora" / "logs" / "metrics.jsonl")
     assert rows[0]["actor/kl_loss"] == 0.0 and rows[-1]["actor/kl_loss"] > 0  # the reference is the frozen base
     policy = workdir / "lora" / "ckpt" / "iter_0000004" / "policy"
@@ -317,3 +323,16 @@ def test_lora_keys_that_cannot_be_honoured_are_refused(workdir, over, key):
     with pytest.raises(ConfigError) as err:
         _config(workdir, "refused", **over)
     assert key in str(err.value)
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"lora": False}, "lora_rank: 0, but the run being resumed trained LoRA adapters"),
+    ({"actor_config.lora_rank": 8}, "the run being resumed trained adapters r=4, alpha=8 on q_proj"),
+])
+def test_a_resume_that_would_train_something_else_is_refused_before_compute(workdir, lora_run, over, says):
+    from mindrl.config.errors import ConfigError
+    from mindrl.trainer.preflight import preflight
+    with pytest.raises(ConfigError) as err:
+        preflight(_config(workdir, "wrong_resume", **{"actor_config.finetune": "false",
+                                                      "actor_config.load": str(workdir / "lora" / "ckpt"), **over}))
+    assert says in str(err.value)

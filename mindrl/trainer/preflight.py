@@ -147,6 +147,7 @@ def _check_checkpoints(lines: List[str], cfg, policy) -> dict:
                              f"rl_config.train_iters, or load an earlier checkpoint")
             trained = [("policy", actor)] + ([("critic", cfg.critic_config)] if cfg.critic_config is not None else [])
             for role, section in trained:
+                _check_resumed_adapter(lines, cfg, role, section, directory)
                 if not section.no_load_optim:  # each role restores its optimizer unless its own section says no
                     part = ck.role_dir(directory, role)
                     verify_checkpoint(directory, lambda rel, p=part: os.path.join(directory, rel) ==
@@ -155,6 +156,38 @@ def _check_checkpoints(lines: List[str], cfg, policy) -> dict:
         except CheckpointError as err:
             lines.append(f"actor_config.load: {err}")
     return {}
+
+
+def _check_resumed_adapter(lines: List[str], cfg, role: str, section, directory: str) -> None:
+    """A resumed role trains what the run being resumed trained: LoRA adapters of the same shape on a base that is
+    still there (the one its adapter_config.json names), or the whole model."""
+    from mindrl.config.plan import lora_spec
+    from mindrl.models.lora import ADAPTER_CONFIG, read_peft_adapter
+    key = f"{'actor_config' if role == 'policy' else 'critic_config'}.lora_rank"
+    adapter = os.path.join(ck.role_dir(directory, role), "adapter")
+    if not os.path.isfile(os.path.join(adapter, ADAPTER_CONFIG)):
+        if section.lora_rank:
+            lines.append(f"{key}: {section.lora_rank}, but the run being resumed trained its {role} whole ({adapter} "
+                         f"does not exist): set lora_rank: 0 to resume it, or finetune: true to put new adapters on "
+                         f"its weights")
+        return
+    config, _ = read_peft_adapter(adapter, tensors=False)
+    if not section.lora_rank:
+        lines.append(f"{key}: 0, but the run being resumed trained LoRA adapters on its {role} ({adapter}): set "
+                     f"lora_rank: {config['r']} (with its lora_alpha and lora_target_modules) to resume it, or "
+                     f"finetune: true to train its merged model whole")
+        return
+    want = lora_spec(section, 0)
+    have = (int(config["r"]), float(config["lora_alpha"]), tuple(config["target_modules"]))
+    if have != (want.rank, want.alpha, want.targets):
+        lines.append(f"{key}: the run being resumed trained adapters r={have[0]}, alpha={have[1]:g} on "
+                     f"{', '.join(have[2])} ({adapter}); this config asks for r={want.rank}, alpha={want.alpha:g} on "
+                     f"{', '.join(want.targets)}: resume with the same, or set finetune: true")
+    base = config.get("base_model_name_or_path")
+    if base and not os.path.exists(base):
+        lines.append(f"actor_config.load: {adapter}: the base weights its adapter was trained on, {base}, are gone: "
+                     f"a LoRA run resumes from that base plus the adapter (put them back at that path)")
+    verify_checkpoint(directory, lambda rel: os.path.join(directory, rel).startswith(adapter + os.sep))
 
 
 def _check_reference(lines: List[str], cfg, policy) -> None:

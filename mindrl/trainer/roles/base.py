@@ -19,7 +19,7 @@ from mindrl.models.safetensors_io import save_safetensors
 from mindrl.models.weights import export_hf, load_into, state_numpy  # export_hf: callers' name too
 from mindrl.parallel.comm import AllReduceSum
 from mindrl.parallel.layout import (external_axis, external_shape, full_shape, split_axes, take_shard, to_external,
-                                    to_internal, transposed_names)
+                                    to_internal, tp_of, transposed_names)
 from mindrl.parallel.reshard import gather_full_state, rename_parameters
 from mindrl.parallel.state import Layout
 from mindrl.parallel.strategy import save_rank_checkpoint, write_strategy_files
@@ -95,10 +95,8 @@ def load_adapters(net, directory: str, names) -> None:
     missing = sorted(set(names) - set(tensors))
     if missing:
         raise ck.CheckpointError(f"{directory}: the adapter has no tensor {missing[0]!r} (has {len(tensors)})")
-    axes, trans, tp = split_axes(net), transposed_names(net), None
+    axes, trans, tp = split_axes(net), transposed_names(net), tp_of(net)
     params = dict(net.parameters_and_names())
-    from mindrl.parallel.layout import tp_of
-    tp = tp_of(net)
     for name in names:
         local = take_shard(to_internal(tensors[name], name in trans), axes.get(name), tp.size, tp.rank)
         params[name].set_data(ms.Tensor(np.ascontiguousarray(local, np.float32), dtype=params[name].dtype))
