@@ -11,6 +11,11 @@ optimizer state once created, the framework). mindrl's loss with and without rec
     python bench/bench_memory.py                 # 4 x 1024 tokens, about 3 minutes
     python bench/bench_memory.py --seq-len 2048  # longer sequences
     python bench/bench_memory.py --quick         # a tiny smoke run
+    python bench/bench_memory.py --lora 16 --layers 24 --hidden 896 --heads 14 --kv-heads 2 --ffn 4864 \
+        --vocab 151936 --tied --batch 2 --seq-len 512   # LoRA r=16 against full fine-tuning, Qwen2.5-0.5B's shape
+
+With --lora R the sides are full fine-tuning and rank-R LoRA (alpha 2R, every projection) on both frameworks:
+mindrl's adapters (models/lora.py) against PEFT's on PyTorch; recompute and checkpointing are left out.
 """
 import argparse
 import json
@@ -22,6 +27,7 @@ import time
 import common
 
 SIDES = ("mindrl", "mindrl+recompute", "torch", "torch+checkpointing")
+LORA_SIDES = ("mindrl", "mindrl+lora", "torch", "torch+peft")
 
 
 class PeakSampler:
@@ -57,7 +63,7 @@ def batch(a):
     return rng.integers(1, a.vocab - 1, size=(a.batch, a.seq_len)).astype(np.int32)
 
 
-def run_mindrl(d, a, recompute):
+def run_mindrl(d, a, recompute, lora=0):
     import numpy as np
     from mindspore import Tensor
     from mindrl.models.config import load_model_config
@@ -69,6 +75,9 @@ def run_mindrl(d, a, recompute):
     config = load_model_config(f"{d}/model").replace(recompute=recompute)
     lm = build_network(config, init=False)
     load_into(lm, f"{d}/model")
+    if lora:  # the base frozen: the step's parameters are the adapters
+        from mindrl.models.lora import PROJECTIONS, LoraSpec, add_lora
+        add_lora(lm, LoraSpec(lora, 2.0 * lora, PROJECTIONS))
     step = SFTStep(lm, clip_grad=1.0)
     ids = batch(a)
     args = (Tensor(ids), Tensor(np.ones_like(ids)), Tensor(np.float32(1e-5)))
@@ -84,15 +93,19 @@ def run_mindrl(d, a, recompute):
             "peak_gb": mem.peak / 2 ** 30}
 
 
-def run_torch(d, a, checkpointing):
+def run_torch(d, a, checkpointing, lora=0):
     import torch
     import transformers
     torch.set_num_threads(a.threads)
     model = transformers.AutoModelForCausalLM.from_pretrained(f"{d}/model", dtype=torch.float32)
     if checkpointing:
         model.gradient_checkpointing_enable()
+    if lora:
+        import peft
+        model = peft.get_peft_model(model, peft.LoraConfig(r=lora, lora_alpha=2 * lora, target_modules="all-linear",
+                                                           lora_dropout=0.0))
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, weight_decay=0.0)
     ids = torch.tensor(batch(a), dtype=torch.long)
 
     def step():
@@ -100,7 +113,7 @@ def run_torch(d, a, checkpointing):
         logits = model(input_ids=ids).logits[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         opt.step()
         return float(loss.detach())
     step()  # the optimizer state exists from here on, as on the mindrl side
@@ -121,6 +134,7 @@ def main():
     ap.add_argument("--batch", type=int, default=4, help="sequences per update")
     ap.add_argument("--seq-len", type=int, default=1024, help="tokens per sequence")
     ap.add_argument("--steps", type=int, default=3, help="measured updates per side (after one warm-up update)")
+    ap.add_argument("--lora", type=int, default=0, help="LoRA rank: full fine-tuning against LoRA on both sides")
     ap.add_argument("--which", help=argparse.SUPPRESS)
     a = ap.parse_args()
     common.apply_quick(a, steps=2)
@@ -128,8 +142,9 @@ def main():
         a.batch, a.seq_len = 2, 64
     if a.side:
         name = a.which
-        out = (run_mindrl(a.dir, a, name.endswith("recompute")) if name.startswith("mindrl")
-               else run_torch(a.dir, a, name.endswith("checkpointing")))
+        lora = a.lora if name.endswith(("+lora", "+peft")) else 0
+        out = (run_mindrl(a.dir, a, name.endswith("recompute"), lora) if name.startswith("mindrl")
+               else run_torch(a.dir, a, name.endswith("checkpointing"), lora))
         print("RESULT " + json.dumps(out), flush=True)
         return
     a.prompt_len, a.new_tokens = a.seq_len, 0  # the model's context must hold the sequences
@@ -137,7 +152,8 @@ def main():
     params = sum(p.numel() for p in common.make_assets(d, a).parameters())
     flags = [x for x in sys.argv[1:]]
     results = {}
-    for name in SIDES:
+    sides = LORA_SIDES if a.lora else SIDES
+    for name in sides:
         try:
             results[name] = common.run_side(sys.executable, __file__, "mindrl" if name.startswith("mindrl")
                                             else "trl", d, flags + ["--which", name], a.threads)
@@ -153,12 +169,17 @@ def main():
             continue
         print(f"{name:22} {r['update_peak_gb']:15.2f} {r['peak_gb']:16.2f} {med[name]:14.2f}   "
               f"{r['losses'][0]:.6f}")
-    if results["mindrl"] and results["mindrl+recompute"]:
+    if results.get("mindrl") and results.get("mindrl+recompute"):
         same = results["mindrl"]["losses"] == results["mindrl+recompute"]["losses"]
         print(f"mindrl's losses with and without recompute identical: {same}")
-    for ours, peer in (("mindrl", "torch"), ("mindrl+recompute", "torch+checkpointing")):
+    for ours, peer in (("mindrl", "torch"), ("mindrl+recompute", "torch+checkpointing"), ("mindrl+lora", "torch+peft")):
         if ours in med and peer in med:
             print(f"ratio {ours}/{peer} update speed: {med[peer] / med[ours]:.2f}x")
+    for ours, full in (("mindrl+lora", "mindrl"), ("torch+peft", "torch")):
+        if results.get(ours) and results.get(full):
+            print(f"{ours}: process peak {results[ours]['peak_gb'] / results[full]['peak_gb']:.2f}x of {full}'s, "
+                  f"update peak {results[ours]['update_peak_gb'] / max(results[full]['update_peak_gb'], 1e-9):.2f}x, "
+                  f"step {med[full] / med[ours]:.2f}x as fast")
 
 
 if __name__ == "__main__":

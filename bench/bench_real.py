@@ -26,6 +26,11 @@ RSS, start-up (build and load) and first-step time, and for mindrl every graph c
     python bench/bench_real.py             # GRPO and PPO, 6 steps a side (the first 2 are warm-up): 58 min on 2 busy cores
     python bench/bench_real.py --quick     # a tiny random LLaMA with a tiny tokenizer: a smoke run (~3 min)
     python bench/bench_real.py --only grpo # one algorithm
+    python bench/bench_real.py --only grpo --lora 16   # LoRA: mindrl full and LoRA against TRL + PEFT, one run
+
+With --lora R the policy trains rank-R adapters (alpha 2R) on every projection (`all-linear`): mindrl with
+actor_config.lora_rank, TRL with PEFT's LoraConfig handed to its trainer (its reference is then the base with the
+adapter off, as mindrl's). mindrl full fine-tuning runs in the same run, so the table shows LoRA against it too.
 
 Prints a table per algorithm and the ratios mindrl/TRL of median e2e_tps. TRL's PPOTrainer is in trl<=1.12.0 (the
 test extras pin it); see bench/bench_ppo.py for --trl-python.
@@ -159,11 +164,13 @@ def mindrl_overrides(d, a, model_dir):
             "runtime.seed": 0, "rl_config.train_iters": a.steps}
 
 
-def run_mindrl(d, a, algo, model_dir):
+def run_mindrl(d, a, algo, model_dir, lora=False):
     from mindrl.config import load_train_config
     from mindrl.trainer import RLTrainer
     counter = CompileCounter()
     over = mindrl_overrides(d, a, model_dir)
+    if lora:
+        over.update({"actor_config.lora_rank": a.lora, "actor_config.lora_alpha": 2 * a.lora})
     if algo == "grpo":
         b = a.grpo_prompts
         over.update({"rl_config.global_batch_size": b, "rl_config.n_samples_per_prompt": SAMPLES,
@@ -209,7 +216,12 @@ def last_number_reward(prompts, completions, labels, **kw):
     return [rule(t, lab) for t, lab in zip(texts, labels)]
 
 
-def run_trl_grpo(d, a, model_dir):
+def peft_config(a):
+    from peft import LoraConfig
+    return LoraConfig(r=a.lora, lora_alpha=2 * a.lora, target_modules="all-linear", lora_dropout=0.0)
+
+
+def run_trl_grpo(d, a, model_dir, lora=False):
     import torch
     torch.set_num_threads(a.threads)
     import transformers
@@ -238,7 +250,7 @@ def run_trl_grpo(d, a, model_dir):
             out.append({"time": time.perf_counter() - self.t, "tokens": state.num_input_tokens_seen - self.seen})
 
     trainer = GRPOTrainer(model=model, reward_funcs=[last_number_reward], args=args, processing_class=tok,
-                          train_dataset=data, callbacks=[Timer()])
+                          train_dataset=data, callbacks=[Timer()], peft_config=peft_config(a) if lora else None)
     startup = time.perf_counter() - t0
     trainer.train()
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
@@ -247,7 +259,7 @@ def run_trl_grpo(d, a, model_dir):
     return {"rows": out, "startup_s": round(startup, 1), "peak_rss_gb": peak_rss_gb()}
 
 
-def run_trl_ppo(d, a, model_dir):
+def run_trl_ppo(d, a, model_dir, lora=False):
     import torch
     torch.set_num_threads(a.threads)
     import transformers
@@ -294,7 +306,8 @@ def run_trl_ppo(d, a, model_dir):
 
     trainer = PPOTrainer(args=args, processing_class=tok, model=policy, ref_model=None, reward_model=rm,
                          value_model=value, train_dataset=Dataset.from_dict({"input_ids": ids}),
-                         eval_dataset=Dataset.from_dict({"input_ids": ids[:b]}), callbacks=[Timer()])
+                         eval_dataset=Dataset.from_dict({"input_ids": ids[:b]}), callbacks=[Timer()],
+                         peft_config=peft_config(a) if lora else None)
     startup = time.perf_counter() - t0
     batches = [ids[i:i + b] for i in range(0, len(ids), b)]  # TRL shuffles: count prompts at the mean length
     prompt_mean = statistics.mean(len(x) for x in ids)
@@ -309,7 +322,7 @@ def run_trl_ppo(d, a, model_dir):
 
 def side_args(a):
     args = []
-    for k in ("new_tokens", "steps", "threads", "micro_batch", "grpo_prompts", "ppo_prompts", "max_prompt"):
+    for k in ("new_tokens", "steps", "threads", "micro_batch", "grpo_prompts", "ppo_prompts", "max_prompt", "lora"):
         args += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
     return args + (["--quick"] if a.quick else []) + ["--model", a.model]
 
@@ -319,7 +332,7 @@ def report(algo, results, a, params):
             else f"{a.ppo_prompts} prompts x 1 response (reference, reward model, critic)")
     print(f"\n{algo.upper()} on {os.path.basename(a.model.rstrip('/'))} ({params / 1e6:.1f}M), {what}, up to "
           f"{a.new_tokens} new tokens (stop at end of turn), micro-batch {a.micro_batch}, {a.threads} threads")
-    print(f"{'side':7} {'start-up':>9} {'step 1':>7} {'median step':>12} {'e2e_tps':>8} {'peak RSS':>9}   "
+    print(f"{'side':12} {'start-up':>9} {'step 1':>7} {'median step':>12} {'e2e_tps':>8} {'peak RSS':>9}   "
           f"steps (s) / mean response tokens")
     med = {}
     for side, r in results.items():
@@ -327,7 +340,7 @@ def report(algo, results, a, params):
         steady = rows[2:] if len(rows) > 2 else rows
         tps = [x["tokens"] / x["time"] for x in steady]
         med[side] = statistics.median(tps)
-        print(f"{side:7} {r['startup_s']:8.1f}s {rows[0]['time']:6.1f}s {statistics.median(x['time'] for x in steady):11.2f}s "
+        print(f"{side:12} {r['startup_s']:8.1f}s {rows[0]['time']:6.1f}s {statistics.median(x['time'] for x in steady):11.2f}s "
               f"{med[side]:8.1f} {r['peak_rss_gb']:7.2f}GB   {[round(x['time'], 1) for x in rows]} / "
               f"{[round(x.get('response_mean', 0), 1) for x in rows]}")
     m = results["mindrl"]
@@ -338,9 +351,10 @@ def report(algo, results, a, params):
     later = {k: v for k, v in m["compiles"].items() if int(k) > 2}
     print(f"mindrl graph compiles by step (count, seconds): {m['compiles']}; after step 2: "
           f"{sum(v[0] for v in later.values())} compiles" + (f" {later}" if later else ""))
-    if "trl" in med:
-        print(f"ratio mindrl/trl {algo} e2e_tps: {med['mindrl'] / med['trl']:.2f}x; peak RSS mindrl/trl: "
-              f"{m['peak_rss_gb'] / results['trl']['peak_rss_gb']:.2f}x")
+    for ours, peer in (("mindrl", "trl"), ("mindrl_lora", "trl_lora"), ("mindrl_lora", "mindrl")):
+        if ours in med and peer in med:
+            print(f"ratio {ours}/{peer} {algo} e2e_tps: {med[ours] / med[peer]:.2f}x; peak RSS {ours}/{peer}: "
+                  f"{results[ours]['peak_rss_gb'] / results[peer]['peak_rss_gb']:.2f}x")
 
 
 def main():
@@ -356,6 +370,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-prompt", type=int, default=64, help="prompt tokens at most (the example's 64)")
     ap.add_argument("--quick", action="store_true", help="a tiny random LLaMA and tokenizer, 3 steps: a smoke run")
+    ap.add_argument("--lora", type=int, default=0, help="LoRA rank of the policy (0: full fine-tuning only); with a "
+                    "rank: mindrl full and LoRA, and TRL with PEFT")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -363,8 +379,11 @@ def main():
         a.steps, a.new_tokens, a.grpo_prompts, a.ppo_prompts, a.micro_batch, a.max_prompt = 3, 8, 2, 4, 4, 128
     if a.side:
         algo, side = a.side.split("-")
-        fn = {("grpo", "mindrl"): run_mindrl, ("ppo", "mindrl"): run_mindrl}.get((algo, side))
-        res = fn(a.dir, a, algo, a.model) if fn else (run_trl_grpo if algo == "grpo" else run_trl_ppo)(a.dir, a, a.model)
+        lora = side.endswith("_lora")
+        if side.startswith("mindrl"):
+            res = run_mindrl(a.dir, a, algo, a.model, lora)
+        else:
+            res = (run_trl_grpo if algo == "grpo" else run_trl_ppo)(a.dir, a, a.model, lora)
         print("RESULT " + json.dumps(res), flush=True)
         return
     d = common.scratch_dir("bench_real_")
@@ -375,6 +394,8 @@ def main():
                          f"SmolLM2-135M-Instruct into scratch/real/smollm2-hf), or pass --model DIR")
     algos = [a.only] if a.only else ["grpo", "ppo"]
     sides = ["mindrl"] + ([] if a.no_trl else ["trl"])
+    if a.lora:  # LoRA against full fine-tuning and against TRL + PEFT (TRL's full fine-tuning is left out)
+        sides = ["mindrl", "mindrl_lora"] + ([] if a.no_trl else ["trl_lora"])
     if "ppo" in algos and not a.no_trl:
         from bench_ppo import check_trl
         why = check_trl(sys.executable)

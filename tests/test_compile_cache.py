@@ -68,6 +68,11 @@ def test_each_rank_and_world_size_gets_its_own_directory(tmp_path, monkeypatch):
     assert len(set(dirs)) == len(places) and all(os.path.dirname(d) == str(tmp_path) for d in dirs)
     assert compile_cache_dir(cfg, Topology(1, 2)) == dirs[2]  # the same place, the same key
     assert compile_cache_dir(tiny_config(tmp_path, "rl_config.micro_batch_size=4"), Topology(1, 2)) != dirs[2]
+    # LoRA's adapters and their scale are in the update graphs: each setting its own directory
+    lora = [compile_cache_dir(tiny_config(tmp_path, *over), Topology(1, 2)) for over in (
+        ["actor_config.lora_rank=8"], ["actor_config.lora_rank=8", "actor_config.lora_alpha=32"],
+        ["actor_config.lora_rank=8", "actor_config.lora_target_modules=[q_proj]"])]
+    assert len(set(lora + [dirs[2]])) == 4
 
 
 def test_enabling_keys_by_the_launchers_place_and_sets_mindspores_switches(tmp_path, monkeypatch):

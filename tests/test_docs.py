@@ -36,7 +36,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the README's table of documents, in its order (pages without a ```bash block have nothing to run)
 PAGES = ["docs/data.md", "docs/models.md", "docs/rollout.md", "docs/grpo.md", "docs/runs.md", "docs/recipes.md",
-         "docs/ppo.md", "docs/reward_model.md", "docs/sft.md", "docs/dpo.md", "docs/configuration.md", "docs/parallel.md"]
+         "docs/ppo.md", "docs/reward_model.md", "docs/sft.md", "docs/dpo.md", "docs/lora.md", "docs/configuration.md", "docs/parallel.md"]
 WRITABLE = {"runs", "dataset", "scratch", "log_dir", "strategy", "qwen2_one_log"}
 SKIP = re.compile(r"\(not run by the docs test: ([^)]+)\)")
 ADDS = re.compile(r"\(docs test adds: ([^)]+)\)")

@@ -218,9 +218,9 @@ def _check_run_directory(workdir, run):
     assert "rewards/accuracies" in (run / "report.md").read_text()
 
 
-def whole_run_config(workdir, name, **train):
+def whole_run_config(workdir, name, lora=None, **train):
     """6 steps of 16 pairs (the file's 16, shuffled), held-out eval before and after, a checkpoint every 2 steps."""
-    return dpo_yaml(workdir, name, dpo_config={"save": "<run_dir>/ckpt", "save_interval": 2},
+    return dpo_yaml(workdir, name, dpo_config={"save": "<run_dir>/ckpt", "save_interval": 2, **(lora or {})},
                     train={"global_batch_size": 16, "micro_batch_size": 8, "train_iters": 6, **train},
                     data={"shuffle": True}, eval={"path": str(workdir / "pairs_heldout.mindrecord")})
 
@@ -299,3 +299,26 @@ def test_refusals_exit_2_before_compute(workdir, capsys, override, names):
     err = capsys.readouterr().err
     assert rc == 2 and names in err, err
     assert not (workdir / "dpo_refused").exists()
+
+
+def test_lora_dpo_shares_the_base_as_its_reference_and_resumes_exactly(workdir):
+    """dpo_config.lora_rank: the reference is the policy's base with the adapters off (the same Parameters, no
+    second copy); the loss starts at log 2 and falls; stopped at step 3 and resumed, the run ends as the whole one."""
+    from conftest import stop_then_resume
+    from mindrl.config.dpo import load_dpo_config
+    from mindrl.trainer.dpo_training import DPOTrainer, cli_main
+    lora = {"lora_rank": 4, "lora_alpha": 8, "lr": 0.01}
+    whole = DPOTrainer(load_dpo_config(whole_run_config(workdir, "dpo_lora", lora=lora)))
+    policy = dict(whole.net.parameters_and_names())
+    assert all(p is policy[n] for n, p in whole.role.ref_net.parameters_and_names())  # shared base
+    whole.fit()
+    _check_run_directory(workdir, workdir / "dpo_lora")
+    assert (workdir / "dpo_lora" / "model" / "adapter" / "adapter_model.safetensors").exists()
+    stop_then_resume(DPOTrainer(load_dpo_config(whole_run_config(workdir, "dpo_lora_stopped", lora=lora))),
+                     cli_main, "dpo")
+    a = [json.loads(line) for line in open(workdir / "dpo_lora" / "metrics.jsonl")]
+    b = [json.loads(line) for line in open(workdir / "dpo_lora_stopped" / "metrics.jsonl")]
+    assert [r["step"] for r in b] == [r["step"] for r in a]
+    for x, y in zip(a, b):
+        assert {k: v for k, v in x.items() if "per_second" not in k} == {k: v for k, v in y.items()
+                                                                          if "per_second" not in k}

@@ -89,23 +89,48 @@ def test_init_is_peft_default_and_the_adapted_model_starts_as_the_base(base, rng
 
 
 def _perturbed(lm, rng):
-    """Non-zero B (and A) so every adapter term counts."""
+    """Non-zero B (and A) so every adapter term counts, at a size that moves the logits by about as much as the
+    base weights' own spread (x A B grows with the width: A's entries are scaled by 1/sqrt(fan-in))."""
     import mindspore as ms
     from mindrl.parallel.layout import to_internal
     for name, p in lm.parameters_and_names():
         if ".lora_" in name:
-            value = rng.normal(0, 0.2, size=p.shape[::-1]).astype(np.float32)  # HF orientation, then stored
+            fan_in = p.shape[0]  # stored [in, out]
+            value = rng.normal(0, 1.0 / np.sqrt(fan_in), size=p.shape[::-1]).astype(np.float32)
             p.set_data(ms.Tensor(to_internal(value, True)))
 
 
-def test_forward_and_adapter_gradients_match_peft(base, rng):
+@pytest.fixture(scope="module")
+def smollm2_shaped(tmp_path_factory):
+    """A random LLaMA with SmolLM2-135M's layer shapes (hidden 576, 9/3 heads of 64, MLP 1536, vocab 49152, tied
+    head), two layers of its thirty."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    d = tmp_path_factory.mktemp("smollm2_shaped")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=2,
+                      num_attention_heads=9, num_key_value_heads=3, head_dim=64, rms_norm_eps=1e-5, rope_theta=1e5,
+                      max_position_embeddings=512, tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(str(d))
+    return str(d)
+
+
+REAL_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scratch", "real",
+                          "smollm2-hf")
+
+
+@pytest.mark.parametrize("model", ["tiny_qwen2", "smollm2_shaped", pytest.param("smollm2", marks=pytest.mark.slow)])
+def test_forward_and_adapter_gradients_match_peft(base, smollm2_shaped, model, rng):
     import mindspore as ms
-    from mindspore import Tensor, nn, ops
+    from mindspore import Tensor
     from mindrl.parallel.layout import to_external
-    lm, _, names = _mindrl_lora(base)
+    if model == "smollm2" and not os.path.isfile(os.path.join(REAL_MODEL, "model.safetensors")):
+        pytest.skip("scratch/real/smollm2-hf not found: `bash examples/real/run.sh --prepare` makes it")
+    path = {"tiny_qwen2": base, "smollm2_shaped": smollm2_shaped, "smollm2": REAL_MODEL}[model]
+    vocab = json.load(open(os.path.join(path, "config.json")))["vocab_size"]
+    lm, _, names = _mindrl_lora(path)
     _perturbed(lm, rng)
-    pm = _peft_model(base, _adapters(lm))
-    ids, mask = _batch(rng, 211)
+    pm = _peft_model(path, _adapters(lm))
+    ids, mask = _batch(rng, vocab)
     want = _torch_logits(pm, ids, mask)
     real = mask.astype(bool)  # logits at padding are arbitrary
     np.testing.assert_allclose(_ms_logits(lm, ids, mask)[real], want.detach().numpy()[real], atol=2e-5, rtol=1e-4)
@@ -118,17 +143,8 @@ def test_forward_and_adapter_gradients_match_peft(base, rng):
                    for n, p in pm.named_parameters() if p.grad is not None}
     assert sorted(torch_grads) == sorted(names)  # PEFT too trains the adapters only
 
-    class Loss(nn.Cell):
-        def __init__(self):
-            super().__init__(auto_prefix=False)
-            self.lm = lm
-
-        def construct(self, ids, mask, targets, w):
-            logp = ops.log_softmax(self.lm(ids, mask)[:, :-1], -1)
-            return -(ops.gather_elements(logp, 2, targets.reshape(targets.shape + (1,))).squeeze(-1) * w).sum()
-
     params = lm.trainable_params()
-    _, grads = ms.value_and_grad(Loss(), None, params)(Tensor(ids), Tensor(mask), Tensor(ids[:, 1:].copy()),
+    _, grads = ms.value_and_grad(_nll_cell(lm), None, params)(Tensor(ids), Tensor(mask), Tensor(ids[:, 1:].copy()),
                                                       Tensor(weights))
     for p, g in zip(params, grads):
         ref = torch_grads[p.name]

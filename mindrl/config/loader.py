@@ -108,6 +108,29 @@ def check_optimizer(opt, section: str, explicit: set, err: "Errors") -> None:
                 f"cannot be combined with lr_warmup_iters = {opt.lr_warmup_iters}; set only one")
 
 
+def check_lora(sec, section: str, explicit: set, err: "Errors") -> None:
+    """A trained network's LoRA keys (config/schema.py LoraConfig): known projections, no dropout; with lora_rank 0
+    the other keys are refused unless lora_rank itself was written (a file that turns LoRA off keeps them)."""
+    from mindrl.config.schema import LoraConfig
+    from mindrl.models.lora import target_projections
+    if not sec.lora_rank:
+        defaults = LoraConfig()
+        for key in ("lora_alpha", "lora_dropout", "lora_target_modules"):
+            if (f"{section}.{key}" in explicit and getattr(sec, key) != getattr(defaults, key)
+                    and f"{section}.lora_rank" not in explicit):
+                err.add(f"{section}.{key}", f"{_show(getattr(sec, key))} has no effect: {section}.lora_rank is 0 "
+                                            f"(full fine-tuning, no adapters); remove it")
+        return
+    if sec.lora_dropout:
+        err.add(f"{section}.lora_dropout", f"{sec.lora_dropout} is not supported, only 0: dropout would make the "
+                "update's log-probs differ from the rollout's at equal weights (the clipped ratio is no longer 1 on "
+                "the first pass), and on CPU its noise cannot be seeded, so a resume would not repeat the run")
+    try:
+        target_projections(sec.lora_target_modules)
+    except ValueError as e:
+        err.add(f"{section}.lora_target_modules", str(e))
+
+
 class ConfigKind:
     """One kind of config file: its root dataclass (whose fields are the sections), the alias spellings it
     accepts, hints for sections of other frameworks, and its own rules.

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from mindrl.config.loader import Errors, PathChecks, check_optimizer
-from mindrl.config.schema import COMPUTE_DTYPES, RUN_MODES, OptimizerConfig, _opt
+from mindrl.config.loader import Errors, PathChecks, check_lora, check_optimizer
+from mindrl.config.schema import COMPUTE_DTYPES, RUN_MODES, LoraConfig, OptimizerConfig, _opt
 
 
 @dataclass(kw_only=True)
-class TrainedModelConfig(OptimizerConfig):
+class TrainedModelConfig(LoraConfig, OptimizerConfig):
     """The trained network's section (``rm_config``, ``sft_config``); a kind overrides ``load``'s help."""
     model: str = _opt(path=True, help="architecture: model yaml (name in model_configs/ or path) or HF dir")
     tokenizer_name_or_path: str = _opt(path=True, help="tokenizer directory or file (copied into the output)")
@@ -71,6 +71,7 @@ def check_rules(cfg, explicit: set, err: Errors, section: str, command: str) -> 
     if tr.train_iters is not None and "train.epochs" in explicit:
         err.add("train.epochs", "has no effect: train.train_iters sets the length; give only one")
     check_optimizer(m, section, explicit, err)
+    check_lora(m, section, explicit, err)
     if cfg.eval.path is None:
         for key in ("interval", "num_samples"):
             if f"eval.{key}" in explicit:

@@ -9,8 +9,8 @@ import os
 
 from mindrl.algorithms import ADVANTAGE_ESTIMATORS, get_advantage_estimator
 from mindrl.config import mindspeed_rl
-from mindrl.config.loader import (ConfigKind, Errors, PathChecks, _fmt_num, _show, check_optimizer, config_from_dict,
-                                  load_config, raw_config)
+from mindrl.config.loader import (ConfigKind, Errors, PathChecks, _fmt_num, _show, check_lora, check_optimizer,
+                                  config_from_dict, load_config, raw_config)
 from mindrl.config.batch_plan import update_split_errors
 from mindrl.config.plan import critic_start, eval_metric_names
 from mindrl.config.schema import TrainConfig
@@ -307,25 +307,9 @@ def _check_actor(r: "_Rules") -> None:
 
 def _check_lora(r: "_Rules") -> None:
     """Adapters: known projections, no dropout, and with a LoRA policy the reference is its frozen base."""
-    from mindrl.models.lora import target_projections
     for section in ("actor_config", "critic_config"):
-        sec = getattr(r.cfg, section)
-        if sec is None:
-            continue
-        if not sec.lora_rank:
-            for key in ("lora_alpha", "lora_dropout", "lora_target_modules"):
-                r.inert(f"{section}.{key}", f"{section}.lora_rank is 0 (full fine-tuning, no adapters)",
-                        f"{section}.lora_rank")
-            continue
-        if sec.lora_dropout:
-            r.err.add(f"{section}.lora_dropout", f"{sec.lora_dropout} is not supported, only 0: dropout would make "
-                      "the update's log-probs differ from the rollout's at equal weights (the clipped ratio is no "
-                      "longer 1 on the first pass), and on CPU its noise cannot be seeded, so a resume would not "
-                      "repeat the run")
-        try:
-            target_projections(sec.lora_target_modules)
-        except ValueError as e:
-            r.err.add(f"{section}.lora_target_modules", str(e))
+        if getattr(r.cfg, section) is not None:
+            check_lora(getattr(r.cfg, section), section, r.explicit, r.err)
     actor, ref = r.actor, r.cfg.ref
     if actor.lora_rank and r.rl.kl_coef > 0:
         same = actor.finetune and ref.ref_model_load_path in (None, actor.load)

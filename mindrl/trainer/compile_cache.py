@@ -42,8 +42,9 @@ def compile_cache_dir(cfg, topo) -> str:
         "reward_model": described(reward.model or reward.load) if reward else None,
         # every section whose settings shape a graph: the critic's and reward model's layouts and micro-batches too
         "fingerprint": cfg.fingerprint("rl_config", "generate_config", "actor_config.tensor_model_parallel_size",
-                                       "actor_config.compute_dtype", "runtime.mode", "ref", "critic_config",
-                                       "reward_config"),
+                                       "actor_config.compute_dtype", "actor_config.lora_rank",
+                                       "actor_config.lora_alpha", "actor_config.lora_target_modules", "runtime.mode",
+                                       "ref", "critic_config", "reward_config"),
         "world": str(topo.world), "rank": str(topo.rank),
         "mindrl": __version__, "mindspore": mindspore.__version__, "source": source_digest(),
     }

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from mindrl.config import ConfigError
-from mindrl.config.plan import ModelSpec, OptimSpec, RoleSpec, WeightsSpec
+from mindrl.config.plan import ModelSpec, OptimSpec, RoleSpec, WeightsSpec, lora_spec
 from mindrl.data.reader import PromptDataset, mindrecord_columns
 from mindrl.data.tokenizer import load_tokenizer
 from mindrl.io import atomic_path
@@ -27,13 +27,15 @@ from mindrl.models.safetensors_io import CheckpointError
 from mindrl.parallel.exchange import Exchange
 from mindrl.parallel.topology import build_topology
 from mindrl.runtime import setup_context
+from mindrl.trainer import checkpoint as ck
 from mindrl.trainer.checkpoint import OPTIMIZER
 from mindrl.trainer.checkpointer import Checkpointer, link_or_copy, resumed_step
 from mindrl.trainer.cli import _setup_logging
 from mindrl.trainer.interrupt import RunInterrupted
 from mindrl.trainer.metrics import LogWriteFailed, MetricsLogger, format_metrics, progress_bar
+from mindrl.trainer.preflight import check_resumed_adapter
 from mindrl.trainer.report import write_report
-from mindrl.trainer.roles.base import export_hf, gathered_state
+from mindrl.trainer.roles.base import gathered_state
 from mindrl.trainer.run_config import write_run_config
 from mindrl.trainer.run_dir import claim_run
 from mindrl.trainer.stopping import Stopper
@@ -78,10 +80,11 @@ class OfflineTrainer:
                                      shuffle=d.shuffle, columns=self.columns())
         self.total = tr.train_iters or max(1, tr.epochs * (self.dataset.samples_per_epoch // tr.global_batch_size))
         # the trained network as the RL run's roles are described (config/plan.py)
-        weights = (WeightsSpec(m.load, self.weights_part(m.load, m.finetune), f"{self.section}.load") if m.load
-                   else WeightsSpec(None))
+        weights = (WeightsSpec(m.load, self.weights_part(m.load, m.finetune), f"{self.section}.load",
+                               adapters=bool(m.lora_rank) and not m.finetune) if m.load else WeightsSpec(None))
         self.spec = RoleSpec(self.role_name, "train", ModelSpec(m.model, m.compute_dtype), weights, self.layout,
-                             tr.micro_batch_size, cfg.runtime.seed, OptimSpec.of(m, self.total))
+                             tr.micro_batch_size, cfg.runtime.seed, OptimSpec.of(m, self.total),
+                             lora=lora_spec(m, cfg.runtime.seed))
         tok = m.tokenizer_name_or_path
         run = SimpleNamespace(topo=self.topo, exchange=self.exchange, seed=cfg.runtime.seed,
                               tokenizer_dir=tok if os.path.isdir(tok) else os.path.dirname(tok))
@@ -124,11 +127,19 @@ class OfflineTrainer:
         raise NotImplementedError
 
     def _resumed_step(self, load: str) -> int:
+        """The step the checkpoint ``load`` resumes at; refused (ConfigError) when it is not one of this command's,
+        or when the config would train something else than its run did (whole model vs LoRA adapters)."""
         try:
-            return resumed_step(load)
+            step = resumed_step(load)
+            lines = []
+            check_resumed_adapter(lines, self.weights_part(load, False), self.section, self.model_section,
+                                  ck.resolve(load))
         except CheckpointError as err:
             raise ConfigError(f"{self.section}.load: {err} (finetune is false: load must be a {self.command} "
                               f"checkpoint to resume)") from None
+        if lines:
+            raise ConfigError("\n".join(lines), lines)
+        return step
 
     def weights_part(self, load: str, finetune: bool) -> str:
         return self.role_name
@@ -284,7 +295,7 @@ class OfflineTrainer:
                 if checkpoint:
                     link_model_files(os.path.join(checkpoint, self.role.name), tmp)
                 else:
-                    export_hf(full, self.model_config, tmp, self.role.hf_config(), self.role.run.tokenizer_dir)
+                    self.role.export(full, tmp)
             _say(True, f"saved {self.what} to {out}")
         self.exchange.barrier()
         return out
@@ -300,10 +311,16 @@ class OfflineTrainer:
 
 
 def link_model_files(part: str, out: str) -> None:
-    """The HF files of a checkpoint part (not its optimizer, rank shards or strategy files) into ``out``."""
+    """The HF files of a checkpoint part (not its optimizer, rank shards or strategy files) into ``out``, and a LoRA
+    run's adapter directory."""
     for name in os.listdir(part):
         if name != OPTIMIZER and os.path.isfile(os.path.join(part, name)):
             link_or_copy(os.path.join(part, name), os.path.join(out, name))
+    adapter = os.path.join(part, "adapter")
+    if os.path.isdir(adapter):
+        os.makedirs(os.path.join(out, "adapter"), exist_ok=True)
+        for name in os.listdir(adapter):
+            link_or_copy(os.path.join(adapter, name), os.path.join(out, "adapter", name))
 
 
 class Pace:

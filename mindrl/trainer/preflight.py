@@ -147,7 +147,8 @@ def _check_checkpoints(lines: List[str], cfg, policy) -> dict:
                              f"rl_config.train_iters, or load an earlier checkpoint")
             trained = [("policy", actor)] + ([("critic", cfg.critic_config)] if cfg.critic_config is not None else [])
             for role, section in trained:
-                _check_resumed_adapter(lines, cfg, role, section, directory)
+                check_resumed_adapter(lines, role, "actor_config" if role == "policy" else "critic_config", section,
+                                      directory)
                 if not section.no_load_optim:  # each role restores its optimizer unless its own section says no
                     part = ck.role_dir(directory, role)
                     verify_checkpoint(directory, lambda rel, p=part: os.path.join(directory, rel) ==
@@ -158,12 +159,13 @@ def _check_checkpoints(lines: List[str], cfg, policy) -> dict:
     return {}
 
 
-def _check_resumed_adapter(lines: List[str], cfg, role: str, section, directory: str) -> None:
-    """A resumed role trains what the run being resumed trained: LoRA adapters of the same shape on a base that is
-    still there (the one its adapter_config.json names), or the whole model."""
+def check_resumed_adapter(lines: List[str], role: str, section_name: str, section, directory: str) -> None:
+    """A resumed role (its checkpoint part ``role``, its config section ``section``) trains what the run being
+    resumed trained: LoRA adapters of the same shape on a base that is still there (the one its
+    adapter_config.json names), or the whole model."""
     from mindrl.config.plan import lora_spec
     from mindrl.models.lora import ADAPTER_CONFIG, read_peft_adapter
-    key = f"{'actor_config' if role == 'policy' else 'critic_config'}.lora_rank"
+    key = f"{section_name}.lora_rank"
     adapter = os.path.join(ck.role_dir(directory, role), "adapter")
     if not os.path.isfile(os.path.join(adapter, ADAPTER_CONFIG)):
         if section.lora_rank:
@@ -185,7 +187,7 @@ def _check_resumed_adapter(lines: List[str], cfg, role: str, section, directory:
                      f"{', '.join(want.targets)}: resume with the same, or set finetune: true")
     base = config.get("base_model_name_or_path")
     if base and not os.path.exists(base):
-        lines.append(f"actor_config.load: {adapter}: the base weights its adapter was trained on, {base}, are gone: "
+        lines.append(f"{section_name}.load: {adapter}: the base weights its adapter was trained on, {base}, are gone: "
                      f"a LoRA run resumes from that base plus the adapter (put them back at that path)")
     verify_checkpoint(directory, lambda rel: os.path.join(directory, rel).startswith(adapter + os.sep))
 

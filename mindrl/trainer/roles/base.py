@@ -82,6 +82,17 @@ def base_weights(spec):
     return type(w)(base, "policy", f"the base of {w.path}'s adapter" if base else "random initialisation")
 
 
+def same_weights(path: Optional[str], source: Optional[str]) -> bool:
+    """Whether a weights path (an HF directory, a file or a mindrl checkpoint: its policy part) is the file or
+    directory ``source`` that was read."""
+    if path is None or source is None:
+        return path is None and source is None
+    try:
+        return os.path.realpath(ck.weights_path(path, "policy")) == os.path.realpath(source)
+    except ck.CheckpointError:
+        return False
+
+
 def load_adapters(net, directory: str, names) -> None:
     """Set ``net``'s trained LoRA tensors ``names`` (adapters, and a value head) from a PEFT adapter directory,
     each rank taking its tensor-parallel slice; the files are checked against the checkpoint's manifest first."""
@@ -226,15 +237,7 @@ class TrainedNetwork:
         optim = gather_full_state(named, {k: a for k, (_, a, _) in spec.items()}, tp)
         optim = {spec[k][0]: to_external(v, spec[k][2]) for k, v in optim.items()}
         if run.topo.is_main:
-            os.makedirs(directory, exist_ok=True)
-            lora = self.spec.lora
-            # with LoRA: the merged model (what transformers, `mindrl eval` and a new run load) and the adapter
-            model = lora_io.merged(full, lora.scale) if lora else full
-            export_hf(model, self.model_config, directory, self.hf_config(), self.run.tokenizer_dir)
-            if lora:
-                lora_io.write_peft_adapter(os.path.join(directory, "adapter"),
-                                           {n: full[n] for n in self.trained_names()}, lora, self.lora_base,
-                                           "CAUSAL_LM" if self.name == "policy" else "SEQ_CLS")
+            self.export(full, directory)
             save_safetensors(optim, os.path.join(directory, ck.OPTIMIZER))
         run.exchange.barrier()
         if run.topo.world > 1:  # this rank's shards, in the orientation the strategy file describes
@@ -244,6 +247,18 @@ class TrainedNetwork:
             save_rank_checkpoint(os.path.join(directory, "rank_checkpoints"), run.topo.rank, shards)
             write_strategy(os.path.join(directory, "strategy"), [s for s in self.stages() if s.with_optimizer],
                            run.topo)
+
+    def export(self, full: dict, directory: str) -> None:
+        """(main rank) An HF directory of the model from its gathered tensors (:func:`gathered_state`). With LoRA:
+        the merged model (what transformers, `mindrl evaluate` and a new run load) and ``adapter/``, the adapter in
+        PEFT's format (with a value or reward model's head as its ``modules_to_save``)."""
+        os.makedirs(directory, exist_ok=True)
+        lora = self.spec.lora
+        model = lora_io.merged(full, lora.scale) if lora else full
+        export_hf(model, self.model_config, directory, self.hf_config(), self.run.tokenizer_dir)
+        if lora:
+            lora_io.write_peft_adapter(os.path.join(directory, "adapter"), {n: full[n] for n in self.trained_names()},
+                                       lora, self.lora_base, "CAUSAL_LM" if self.name == "policy" else "SEQ_CLS")
 
     def hf_config(self) -> dict:
         return self.model_config.to_hf_dict()
