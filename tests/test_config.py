@@ -190,7 +190,7 @@ FULL_PPO = merged({
         min_lr=1e-7, lr_decay_style="cosine", lr_warmup_iters=2, lr_warmup_fraction=None, weight_decay=0.01,
         adam_beta1=0.8, adam_beta2=0.95, adam_eps=1e-6, clip_grad=0.5, tensor_model_parallel_size=2,
         micro_batch_size=2, loss_agg_mode="token-mean-per-micro-batch", compute_dtype="float32", lora_rank=8,
-        lora_alpha=16.0, lora_dropout=0.0, lora_target_modules=["linear_qkv", "linear_fc2"]),
+        lora_alpha=16.0, lora_dropout=0.0, lora_target_modules=["linear_proj", "linear_fc2"]),
     "reward_config": dict(load="hf", model="hf", tensor_model_parallel_size=2, micro_batch_size=8, weight=0.5,
                           normalize=True),
 })

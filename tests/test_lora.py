@@ -352,3 +352,28 @@ def test_a_resume_that_would_train_something_else_is_refused_before_compute(work
         preflight(_config(workdir, "wrong_resume", **{"actor_config.finetune": "false",
                                                       "actor_config.load": str(workdir / "lora" / "ckpt"), **over}))
     assert says in str(err.value)
+
+
+def test_a_resume_whose_base_changed_is_refused(workdir, tmp_path):
+    """The adapter records its base's real path and file checksums: a base rewritten since (or reached through a
+    link that now points elsewhere) is refused before anything is built, never trained on with the old adapter."""
+    import shutil
+    from mindrl.config.errors import ConfigError
+    from mindrl.models.safetensors_io import SafetensorsFile, save_safetensors
+    from mindrl.trainer.preflight import preflight
+    base = tmp_path / "base"
+    shutil.copytree(workdir / "policy", base)
+    os.symlink(base, tmp_path / "latest")  # as runs/<name>/latest
+    _run(_config(workdir, "lora_moved_base", **{"rl_config.train_iters": 2, "actor_config.load": str(tmp_path / "latest")}))
+    ckpt = workdir / "lora_moved_base" / "ckpt"
+    record = json.load(open(ckpt / "iter_0000002" / "policy" / "adapter" / "mindrl_base.json"))
+    assert record["base"] == str(base) and "model.safetensors" in record["files"]
+    resume = {"actor_config.finetune": "false", "actor_config.load": str(ckpt), "rl_config.train_iters": 4}
+    preflight(_config(workdir, "lora_moved_ok", **resume))  # unchanged: accepted
+    f = SafetensorsFile(str(base / "model.safetensors"))
+    tensors = {k: f.get(k) for k in f.keys()}
+    tensors["model.norm.weight"] = tensors["model.norm.weight"] * 1.5
+    save_safetensors(tensors, str(base / "model.safetensors"))
+    with pytest.raises(ConfigError) as err:
+        preflight(_config(workdir, "lora_moved_refused", **resume))
+    assert "have changed since (model.safetensors" in str(err.value)

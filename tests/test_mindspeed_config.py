@@ -368,16 +368,22 @@ def test_each_published_training_yaml_runs_a_step(peer_dir, name):
         assert "critic: 2 optimizer updates per step" in out
 
 
-def test_mindspeed_llm_lora_keys_turn_on_lora_with_megatron_module_names(layout):
-    """MindSpeed-LLM's LoRA arguments in a MindSpeed-RL file: lora_r is the rank, the fused Megatron modules name
-    the projections they hold; a target list without a rank is refused, never silently full fine-tuning."""
+def test_mindspeed_llm_lora_keys_mean_what_they_mean_there(layout):
+    """MindSpeed-LLM's LoRA arguments in a MindSpeed-RL file: lora_target_modules turns LoRA on, with its defaults
+    r=16 and alpha=32 when the file leaves them out; linear_proj/linear_fc2 are o_proj/down_proj; the fused
+    linear_qkv is refused (its one adapter shares A across q, k and v, which separate adapters are not)."""
     from mindrl.config.plan import lora_spec
     data = peer("grpo_qwen25_7b_A3.yaml")
-    data["actor_config"].update({"lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["linear_qkv", "linear_fc2"]})
+    data["actor_config"].update({"lora_r": 8, "lora_alpha": 16, "lora_target_modules": ["linear_proj", "linear_fc2"]})
     actor = load("grpo.yaml", data=data).actor_config
-    assert (actor.lora_rank, actor.lora_alpha) == (16, 32.0)
-    assert lora_spec(actor, 0).targets == ("q_proj", "k_proj", "v_proj", "down_proj")
-    data["actor_config"].pop("lora_r")
+    assert (actor.lora_rank, actor.lora_alpha) == (8, 16.0)
+    assert lora_spec(actor, 0).targets == ("o_proj", "down_proj")
+    for key in ("lora_r", "lora_alpha"):
+        data["actor_config"].pop(key)
+    actor = load("grpo.yaml", data=data).actor_config
+    assert (actor.lora_rank, actor.lora_alpha) == (16, 32.0)  # MindSpeed-LLM's defaults
+    data["actor_config"]["lora_target_modules"] = ["linear_qkv"]
     with pytest.raises(ConfigError) as info:
         load("grpo.yaml", data=data)
-    assert "actor_config.lora_target_modules" in str(info.value) and "lora_rank is 0" in str(info.value)
+    assert "actor_config.lora_target_modules" in str(info.value) and "shares its A" in str(info.value)
+    assert load("grpo.yaml", data=peer("grpo_qwen25_7b_A3.yaml")).actor_config.lora_rank == 0  # no LoRA keys

@@ -110,14 +110,12 @@ def check_optimizer(opt, section: str, explicit: set, err: "Errors") -> None:
 
 def check_lora(sec, section: str, explicit: set, err: "Errors") -> None:
     """A trained network's LoRA keys (config/schema.py LoraConfig): known projections, no dropout; with lora_rank 0
-    the other keys are refused unless lora_rank itself was written (a file that turns LoRA off keeps them)."""
-    from mindrl.config.schema import LoraConfig
+    the other keys, even at their defaults, are refused unless lora_rank itself was written (a file that turns LoRA
+    off keeps them)."""
     from mindrl.models.lora import target_projections
     if not sec.lora_rank:
-        defaults = LoraConfig()
         for key in ("lora_alpha", "lora_dropout", "lora_target_modules"):
-            if (f"{section}.{key}" in explicit and getattr(sec, key) != getattr(defaults, key)
-                    and f"{section}.lora_rank" not in explicit):
+            if f"{section}.{key}" in explicit and f"{section}.lora_rank" not in explicit:
                 err.add(f"{section}.{key}", f"{_show(getattr(sec, key))} has no effect: {section}.lora_rank is 0 "
                                             f"(full fine-tuning, no adapters); remove it")
         return

@@ -131,10 +131,11 @@ MEGATRON: dict = {
                  why="true: bfloat16, false: float32; on CPU mindrl computes bfloat16 in float32, with a warning"),
     "fp16": Rule(to="{role}.compute_dtype", convert=_fp16, why="true: float16"),
     "train_iters": Rule(to="rl_config.train_iters"),
-    "lora_r": Rule(to="{role}.lora_rank", why="0 or absent: full fine-tuning"),
-    "lora_alpha": Rule(to="{role}.lora_alpha", convert=number),
-    "lora_target_modules": Rule(to="{role}.lora_target_modules", why="Megatron's names (linear_qkv, linear_proj, "
-                                "linear_fc1, linear_fc2) or PEFT's"),
+    "lora_r": Rule(to="{role}.lora_rank", why="MindSpeed-LLM's default 16 when lora_target_modules is given"),
+    "lora_alpha": Rule(to="{role}.lora_alpha", convert=number, why="MindSpeed-LLM's default 32 with LoRA on"),
+    "lora_target_modules": Rule(to="{role}.lora_target_modules", why="turns LoRA on, as in MindSpeed-LLM; "
+                                "linear_proj and linear_fc2 are o_proj and down_proj, PEFT's names are accepted too, "
+                                "the fused linear_qkv and linear_fc1 are refused (see docs/lora.md)"),
     "lora_fusion": Rule(any=True, why=_PERF),
     "save_interval": Rule(to="actor_config.save_interval"),
     "tokenizer_name_or_path": Rule(to="actor_config.tokenizer_name_or_path"),
@@ -608,6 +609,10 @@ def _role(tr: Translation, role: str, megatron: dict, own: dict, models: dict, a
             tr.refuse(peer, f"{show(value)}: mindrl trains the critic on the actor's steps and batches "
                             f"({show(actor_view.get(key))}); remove it from {role}")
     tr.defaults({k: r for k, r in MEGATRON.items() if role == "actor_config" or "{role}" in (r.to or "")}, view, role)
+    if "lora_target_modules" in view or "lora_r" in view:  # MindSpeed-LLM: target modules turn LoRA on
+        for key, to, default in (("lora_r", "lora_rank", 16), ("lora_alpha", "lora_alpha", 32.0)):
+            if key not in view:
+                tr.set(f"{role}.{to}", default, f"MindSpeed-LLM's default {key}: {default:g} (LoRA is on)", default=True)
     for key, why in (("micro_batch_size", "responses per forward/backward, per rank"),
                      ("lr", "Megatron has no default learning rate")):
         if key not in view:

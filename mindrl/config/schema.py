@@ -152,7 +152,7 @@ class LoraConfig:
                                "differ from the rollout's at equal weights, and on CPU its noise cannot be seeded")
     lora_target_modules: list[str] = _opt(factory=lambda: ["all-linear"], help="projections that get adapters: "
                                           "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj, MindSpeed-LLM's "
-                                          "linear_qkv linear_proj linear_fc1 linear_fc2, or all-linear (never the "
+                                          "linear_proj linear_fc2, or all-linear (never the "
                                           "output head)")
 
 

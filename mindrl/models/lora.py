@@ -26,11 +26,14 @@ import numpy as np
 
 # the projections of a decoder layer, by their Hugging Face / PEFT names
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-# MindSpeed-LLM / Megatron spell the same layers by their fused names
-MEGATRON_NAMES = {"linear_qkv": ("q_proj", "k_proj", "v_proj"), "linear_proj": ("o_proj",),
-                  "linear_fc1": ("gate_proj", "up_proj"), "linear_fc2": ("down_proj",)}
+# MindSpeed-LLM / Megatron spell two of the same layers by their own names...
+MEGATRON_NAMES = {"linear_proj": ("o_proj",), "linear_fc2": ("down_proj",)}
+# ...and fuse the others: one adapter on [q; k; v] (or [gate; up]) shares its A across them, which separate
+# adapters on separate projections are not
+MEGATRON_FUSED = {"linear_qkv": "q_proj, k_proj, v_proj", "linear_fc1": "gate_proj, up_proj"}
 PEFT_PREFIX = "base_model.model."
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+BASE_RECORD = "mindrl_base.json"  # beside PEFT's files (PEFT ignores it): which base, and its files' checksums
 
 
 def target_projections(modules) -> Tuple[str, ...]:
@@ -45,11 +48,17 @@ def target_projections(modules) -> Tuple[str, ...]:
             out += PROJECTIONS
         elif name in MEGATRON_NAMES:
             out += MEGATRON_NAMES[name]
+        elif name in MEGATRON_FUSED:
+            raise ValueError(f"{name!r} is Megatron's fused projection, whose one adapter shares its A across "
+                             f"{MEGATRON_FUSED[name]}; mindrl's projections are separate, each with its own adapter "
+                             f"(PEFT's layout): name them ({MEGATRON_FUSED[name]}) for that")
         elif name in PROJECTIONS:
             out.append(name)
         else:
             raise ValueError(f"{name!r} is not a projection of the decoder: one of {', '.join(PROJECTIONS)}, "
                              f"{', '.join(MEGATRON_NAMES)} (MindSpeed-LLM's names) or 'all-linear'")
+    if not out:
+        raise ValueError("names no projection: give at least one (or all-linear)")
     return tuple(p for p in PROJECTIONS if p in out)
 
 
@@ -170,3 +179,39 @@ def read_peft_adapter(directory: str, tensors: bool = True) -> Tuple[dict, Dict[
         name = k[len(PEFT_PREFIX):] if k.startswith(PEFT_PREFIX) else k
         out[name] = f.get(k).astype(np.float32)
     return config, out
+
+
+def base_files(base: str) -> Dict[str, str]:
+    """{file name: xxh3 checksum} of the weight files a base (an HF directory or a weights file) is read from:
+    what a resume checks before it rebuilds a run from this base plus its adapter."""
+    from mindrl.manifest import file_digest
+    if os.path.isfile(base):
+        return {os.path.basename(base): file_digest(base)}
+    names = sorted(n for n in os.listdir(base) if n.endswith((".safetensors", ".ckpt")) or n.endswith(".index.json"))
+    return {n: file_digest(os.path.join(base, n)) for n in names}
+
+
+def write_base_record(directory: str, base: Optional[str], files: Optional[Dict[str, str]]) -> None:
+    from mindrl.io import write_json
+    write_json(os.path.join(directory, BASE_RECORD), {"base": base, "files": files})
+
+
+def base_changed(directory: str) -> Optional[str]:
+    """Why the base an adapter directory's record names is no longer the one it was trained on (None: it is, or
+    the adapter has no record, or its base was a random initialisation)."""
+    path = os.path.join(directory, BASE_RECORD)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as fh:
+        record = json.load(fh)
+    base, files = record.get("base"), record.get("files") or {}
+    if base is None:
+        return None
+    if not os.path.exists(base):
+        return f"the base weights its adapter was trained on, {base}, are gone"
+    now = base_files(base)
+    changed = sorted(n for n in set(files) | set(now) if files.get(n) != now.get(n))
+    if changed:
+        return (f"the base weights its adapter was trained on, {base}, have changed since ({', '.join(changed[:3])} "
+                f"differ from their checksums at training time)")
+    return None

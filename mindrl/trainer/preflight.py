@@ -164,7 +164,7 @@ def check_resumed_adapter(lines: List[str], role: str, section_name: str, sectio
     resumed trained: LoRA adapters of the same shape on a base that is still there (the one its
     adapter_config.json names), or the whole model."""
     from mindrl.config.plan import lora_spec
-    from mindrl.models.lora import ADAPTER_CONFIG, read_peft_adapter
+    from mindrl.models.lora import ADAPTER_CONFIG, base_changed, read_peft_adapter
     key = f"{section_name}.lora_rank"
     adapter = os.path.join(ck.role_dir(directory, role), "adapter")
     if not os.path.isfile(os.path.join(adapter, ADAPTER_CONFIG)):
@@ -185,11 +185,12 @@ def check_resumed_adapter(lines: List[str], role: str, section_name: str, sectio
         lines.append(f"{key}: the run being resumed trained adapters r={have[0]}, alpha={have[1]:g} on "
                      f"{', '.join(have[2])} ({adapter}); this config asks for r={want.rank}, alpha={want.alpha:g} on "
                      f"{', '.join(want.targets)}: resume with the same, or set finetune: true")
-    base = config.get("base_model_name_or_path")
-    if base and not os.path.exists(base):
-        lines.append(f"{section_name}.load: {adapter}: the base weights its adapter was trained on, {base}, are gone: "
-                     f"a LoRA run resumes from that base plus the adapter (put them back at that path)")
     verify_checkpoint(directory, lambda rel: os.path.join(directory, rel).startswith(adapter + os.sep))
+    changed = base_changed(adapter)
+    if changed:
+        lines.append(f"{section_name}.load: {adapter}: {changed}: a LoRA run resumes from that base plus the adapter "
+                     f"(put the original base back at that path, or start a new run from the checkpoint's merged "
+                     f"model with finetune: true)")
 
 
 def _check_reference(lines: List[str], cfg, policy) -> None:

@@ -159,9 +159,13 @@ class TrainedNetwork:
         resume, the adapters (and value head) of the checkpoint. ``base_source``: the base weights read (recorded
         in the adapter's config as PEFT's base_model_name_or_path), None for a random base."""
         spec = self.spec
-        self.lora_base = os.path.abspath(base_source) if base_source else None
+        # the real path: a link such as runs/<name>/latest may later point elsewhere
+        self.lora_base = os.path.realpath(base_source) if base_source else None
+        self._base_files = None  # its files' checksums as this run read them (main rank), saved with the adapter
         if spec.lora is None:
             return
+        if self.lora_base and self.run.topo.is_main:
+            self._base_files = lora_io.base_files(self.lora_base)
         lora_io.add_lora(self.net, spec.lora, self.rename or "", trainable=("score.",))
         if spec.weights.adapters:
             load_adapters(self.net, adapter_dir(spec.weights), self.trained_names())
@@ -257,8 +261,10 @@ class TrainedNetwork:
         model = lora_io.merged(full, lora.scale) if lora else full
         export_hf(model, self.model_config, directory, self.hf_config(), self.run.tokenizer_dir)
         if lora:
-            lora_io.write_peft_adapter(os.path.join(directory, "adapter"), {n: full[n] for n in self.trained_names()},
-                                       lora, self.lora_base, "CAUSAL_LM" if self.name == "policy" else "SEQ_CLS")
+            adapter = os.path.join(directory, "adapter")
+            lora_io.write_peft_adapter(adapter, {n: full[n] for n in self.trained_names()}, lora, self.lora_base,
+                                       "CAUSAL_LM" if self.name == "policy" else "SEQ_CLS")
+            lora_io.write_base_record(adapter, self.lora_base, self._base_files)
 
     def hf_config(self) -> dict:
         return self.model_config.to_hf_dict()
