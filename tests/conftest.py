@@ -45,6 +45,22 @@ def make_hf_checkpoint(directory, arch: str, seed: int = 0, **overrides):
     return model
 
 
+def next_token_nll_cell(lm):
+    """(ids, mask, targets, weights) -> -sum(weights * log p(target)) through ``lm``'s logits: the loss the gradient
+    tests take through both frameworks."""
+    from mindspore import nn, ops
+
+    class Loss(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.lm = lm
+
+        def construct(self, ids, mask, targets, w):
+            logp = ops.log_softmax(self.lm(ids, mask)[:, :-1], -1)
+            return -(ops.gather_elements(logp, 2, targets.reshape(targets.shape + (1,))).squeeze(-1) * w).sum()
+    return Loss()
+
+
 @pytest.fixture(scope="session")
 def hf_models(tmp_path_factory):
     """{arch: (directory, torch model)} for the three decoder families."""

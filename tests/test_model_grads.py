@@ -32,23 +32,13 @@ def _torch_grads(model, ids, mask, weights):
 
 def _mindrl_grads(path, ids, mask, weights):
     import mindspore as ms
-    from mindspore import Tensor, nn, ops
+    from mindspore import Tensor
+    from conftest import next_token_nll_cell
     from mindrl.models import from_pretrained
     from mindrl.parallel.layout import to_external, transposed_names
     lm = from_pretrained(path).net
-
-    class Loss(nn.Cell):
-        def __init__(self):
-            super().__init__(auto_prefix=False)
-            self.lm = lm
-
-        def construct(self, ids, mask, targets, w):
-            logp = ops.log_softmax(self.lm(ids, mask)[:, :-1], -1)
-            picked = ops.gather_elements(logp, 2, targets.reshape(targets.shape + (1,))).squeeze(-1)
-            return -(picked * w).sum()
-
     params = lm.trainable_params()
-    step = ms.value_and_grad(Loss(), None, params)
+    step = ms.value_and_grad(next_token_nll_cell(lm), None, params)
     loss, grads = step(Tensor(ids), Tensor(mask), Tensor(ids[:, 1:].astype(np.int32)), Tensor(weights))
     trans = transposed_names(lm)
     return float(loss.asnumpy()), {p.name: to_external(g.asnumpy(), p.name in trans) for p, g in zip(params, grads)}

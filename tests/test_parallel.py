@@ -112,8 +112,9 @@ PPO_LAYOUTS = ["generate_config.infer_tensor_parallel_size=2", "actor_config.ten
                "critic_config.tensor_model_parallel_size=1"]
 
 
-def run_ppo_both_ways(d, tmp_path, name, overrides, parallel):
-    """One PPO step in a single process and under msrun (``parallel``: the layouts); their metrics."""
+def run_both_ways(d, tmp_path, name, overrides, parallel):
+    """A run of the worker (train_iters steps) in a single process and under msrun (``parallel``: the layouts);
+    their metrics."""
     env = dict(os.environ, GLOG_v="3")
     single = subprocess.run([sys.executable, WORKER, "grpo", str(tmp_path / "single.json"), CONFIG]
                             + grpo_overrides(d, f"{name}_single") + overrides, cwd=ROOT, env=env, capture_output=True,
@@ -157,7 +158,7 @@ def test_ppo_step_infer_tp2_train_dp2_critic_dp2_matches_single_process(grpo_dir
     from mindrl.models.weights import TensorSource
     d = grpo_dir
     sft = make_sft_mindrecord(d) if not (d / "sft.mindrecord").exists() else d / "sft.mindrecord"
-    a, b = run_ppo_both_ways(d, tmp_path, "ppo", PPO + ["rl_config.pretrain_coef=0.2", f"data.ptx_path={sft}"],
+    a, b = run_both_ways(d, tmp_path, "ppo", PPO + ["rl_config.pretrain_coef=0.2", f"data.ptx_path={sft}"],
                              PPO_LAYOUTS)
     assert a["critic/score/mean"] == pytest.approx(b["critic/score/mean"], rel=1e-6)   # identical rollouts
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/ptx_loss", "actor/reward_kl_penalty", "critic/vf_loss",
@@ -219,7 +220,7 @@ def test_ppo_step_scored_by_reward_model_dp2_matches_single_process(grpo_dir, re
     rm = PPO + [f"reward_config.load={reward_dir}", "reward_config.normalize=true",
                 "reward_config.micro_batch_size=4", "rl_config.verifier_weight=[0.0]",
                 "generate_config.stop_token_ids=[" + ",".join(map(str, range(100, 140))) + "]"]
-    a, b = run_ppo_both_ways(d, tmp_path, "ppo_rm", rm, PPO_LAYOUTS + ["reward_config.tensor_model_parallel_size=1"])
+    a, b = run_both_ways(d, tmp_path, "ppo_rm", rm, PPO_LAYOUTS + ["reward_config.tensor_model_parallel_size=1"])
     one = json.loads((tmp_path / "single.json.rank0.json").read_text())
     ranks = [json.loads((tmp_path / f"par.json.rank{r}.json").read_text()) for r in (0, 1)]
     assert (one["rm_dp"], one["rm_tp"], one["rm_rows_scored"]) == (1, 1, 16)
@@ -301,16 +302,8 @@ def test_grpo_train_tp2_matches_single_process(grpo_dir, tmp_path, lora):
     frozen base; the adapter and the merged model are compared."""
     d, name = grpo_dir, "lora" if lora else "full"
     over = TWO_STEPS + (LORA if lora else ["actor_config.lr=1e-3"])
-    env = dict(os.environ, GLOG_v="3")
-    single = subprocess.run([sys.executable, WORKER, "grpo", str(tmp_path / "single.json"), CONFIG]
-                            + grpo_overrides(d, f"{name}_single") + over, cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert single.returncode == 0, single.stderr[-3000:]
-    msrun([WORKER, "grpo", str(tmp_path / "par.json"), CONFIG] + grpo_overrides(d, f"{name}_par") + over
-          + ["generate_config.infer_tensor_parallel_size=2", "actor_config.tensor_model_parallel_size=2"],
-          str(tmp_path / "log"))
-    a = json.loads((tmp_path / "single.json").read_text())
-    b = json.loads((tmp_path / "par.json").read_text())
+    a, b = run_both_ways(d, tmp_path, name, over, ["generate_config.infer_tensor_parallel_size=2",
+                                                     "actor_config.tensor_model_parallel_size=2"])
     assert a["grpo/score/mean"] == pytest.approx(b["grpo/score/mean"], rel=1e-6)  # step 2's rollouts: merged W
     assert a["actor/kl_loss"] > 0  # the first update moved the policy away from the reference
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):

@@ -155,10 +155,14 @@ def critic_weights(cfg) -> WeightsSpec:
     """Where the critic starts: the run being resumed (its checkpoint's critic/), else where a new run starts it
     (``critic_start``). A source without a value head gets a zero head (roles/critic.py)."""
     if not cfg.actor_config.finetune:
-        lora = bool(cfg.critic_config.lora_rank)
-        return WeightsSpec(cfg.actor_config.load, "critic", "the resumed run's critic" + (": its base and adapter"
-                                                                                          if lora else ""), lora)
+        return resumed_weights(cfg.actor_config.load, "critic", cfg.critic_config)
     return critic_start(cfg)
+
+
+def resumed_weights(load: str, part: str, section) -> WeightsSpec:
+    """The checkpoint part a resumed role reads: with LoRA (``section.lora_rank``) its base and its adapter."""
+    lora = bool(section.lora_rank)
+    return WeightsSpec(load, part, f"the resumed run's {part}" + (": its base and adapter" if lora else ""), lora)
 
 
 def critic_start(cfg) -> WeightsSpec:
@@ -191,9 +195,7 @@ def plan_roles(cfg, batch: BatchPlan, needs_critic: bool) -> Dict[str, RoleSpec]
     roles = {"policy": RoleSpec(
         "policy", "train", ModelSpec(actor.model, actor.compute_dtype),
         (WeightsSpec(actor.load, "policy", "actor_config.load") if actor.finetune else
-         WeightsSpec(actor.load, "policy", "the resumed run's policy" + (": its base and adapter" if actor.lora_rank
-                                                                         else ""), bool(actor.lora_rank)))
-        if actor.load else WeightsSpec(None),
+         resumed_weights(actor.load, "policy", actor)) if actor.load else WeightsSpec(None),
         batch.train, batch.micro_batch, seed, OptimSpec.of(actor, steps),
         PolicyLossSpec(rl.clip_ratio_low, rl.clip_ratio_high, rl.clip_ratio_c, rl.loss_agg_mode, kl_in_loss,
                        rl.kl_penalty, rl.kl_coef, rl.entropy_coeff, rl.policy_loss, gen.max_tokens),

@@ -37,8 +37,9 @@ BASE_RECORD = "mindrl_base.json"  # beside PEFT's files (PEFT ignores it): which
 
 
 def target_projections(modules) -> Tuple[str, ...]:
-    """The projections ``lora_target_modules`` names: PEFT's names, Megatron's fused names, or ``all-linear``
-    (every projection of every layer; never the output head, as PEFT). Raises ValueError on an unknown name."""
+    """The projections ``lora_target_modules`` names: PEFT's names, MindSpeed-LLM's ``linear_proj`` and
+    ``linear_fc2``, or ``all-linear`` (every projection of every layer; never the output head, as PEFT). Raises
+    ValueError on an unknown name, on Megatron's fused ones and on an empty list."""
     if isinstance(modules, str):  # MindSpeed-LLM's command line habit: "linear_qkv linear_proj"
         modules = modules.replace(",", " ").split()
     names = list(modules)
@@ -194,6 +195,15 @@ def base_files(base: str) -> Dict[str, str]:
 def write_base_record(directory: str, base: Optional[str], files: Optional[Dict[str, str]]) -> None:
     from mindrl.io import write_json
     write_json(os.path.join(directory, BASE_RECORD), {"base": base, "files": files})
+
+
+def read_base_record(directory: str) -> Optional[Dict[str, str]]:
+    """The base file checksums an adapter directory's record holds (None without a record or for a random base)."""
+    path = os.path.join(directory, BASE_RECORD)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as fh:
+        return json.load(fh).get("files")
 
 
 def base_changed(directory: str) -> Optional[str]:

@@ -15,6 +15,7 @@ from typing import Dict, Optional
 import mindspore as ms
 from mindspore import nn, ops
 
+from mindrl.models.lora import is_lora_name
 from mindrl.parallel.comm import GatherAxis
 from mindrl.parallel.layout import split_axes
 from mindrl.parallel.state import _STATE
@@ -126,7 +127,7 @@ class Resharder:
             return
         t_axes, i_axes = split_axes(train_net), split_axes(infer_net)
         t_params = dict(train_net.parameters_and_names())
-        adapters = {n: p for n, p in t_params.items() if ".lora_A." in n or ".lora_B." in n}
+        adapters = {n: p for n, p in t_params.items() if is_lora_name(n)}
         t_params = {n: p for n, p in t_params.items() if n not in adapters}
         i_params = dict(infer_net.parameters_and_names())
         if set(t_params) != set(i_params):

@@ -36,7 +36,7 @@ from mindrl.parallel.reshard import rename_parameters
 from mindrl.parallel.topology import shard_rows
 from mindrl.trainer.context import bucket
 from mindrl.trainer.offline import OfflineTrainer, run_command
-from mindrl.trainer.roles.base import Stage, TrainedNetwork, base_weights, build_net, load_weights, same_weights
+from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, load_weights, same_weights
 from mindrl.trainer.roles.reference import share_base
 from mindrl.trainer.sft import SummedResponseLogProbs
 
@@ -120,12 +120,7 @@ class DPOPolicy(TrainedNetwork):
 
     def __init__(self, run, spec, reference: WeightsSpec, dpo):
         super().__init__(run, spec)
-        weights = base_weights(spec)  # with LoRA on resume: the base the checkpoint's adapter names
-        self.net = build_net(spec, "causal_lm", self.layout, self.model_config, init=weights.path is None)
-        source = load_weights(self.net, weights)
-        if source is not None:
-            log.info("initial weights from %s", source)
-        self._attach_lora(source)
+        source = self._build("causal_lm")
         self.ref_net = build_net(spec, "causal_lm", self.layout, self.model_config, train=False, init=False)
         if spec.lora is not None and same_weights(reference.path, source):
             share_base(self.ref_net, self.net)  # the frozen base with the adapters off: no second copy

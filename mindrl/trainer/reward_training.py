@@ -24,7 +24,7 @@ from mindrl.models.weights import weights_path
 from mindrl.parallel.topology import shard_rows
 from mindrl.trainer.context import bucket
 from mindrl.trainer.offline import OfflineTrainer, run_command
-from mindrl.trainer.roles.base import Stage, TrainedNetwork, base_weights, build_net, load_weights
+from mindrl.trainer.roles.base import Stage, TrainedNetwork
 from mindrl.trainer.roles.critic import value_model_hf_config
 
 
@@ -149,12 +149,7 @@ class TrainedRewardModel(TrainedNetwork):
     def __init__(self, run, spec, pad_id: int):
         super().__init__(run, spec)
         self.pad_id = pad_id
-        weights = base_weights(spec)  # with LoRA on resume: the base the checkpoint's adapter names
-        self.net = build_net(spec, "reward", self.layout, self.model_config, init=weights.path is None)
-        source = load_weights(self.net, weights, allow_missing=("score.",))
-        if source is not None:
-            log.info("initial weights from %s", source)
-        self._attach_lora(source)  # with LoRA the score head trains whole beside the adapters
+        self._build("reward", allow_missing=("score.",))  # with LoRA the score head trains whole beside adapters
         self._train_with(PairwiseLossCell(self.net))
         self.stats = None  # the final held-out statistics, stored for PPO's normalize
 

@@ -26,7 +26,7 @@ from mindrl.parallel.topology import shard_rows
 from mindrl.trainer.context import bucket
 from mindrl.trainer.offline import OfflineTrainer, run_command
 from mindrl.trainer.ptx import PTX_COLUMNS, ptx_rows
-from mindrl.trainer.roles.base import Stage, TrainedNetwork, base_weights, build_net, load_weights
+from mindrl.trainer.roles.base import Stage, TrainedNetwork
 from mindrl.trainer.sft import PackedSFTLossCell, SFTLossCell, pack_rows
 
 log = logging.getLogger("mindrl.sft")
@@ -40,12 +40,7 @@ class TrainedCausalLM(TrainedNetwork):
 
     def __init__(self, run, spec, packed: bool = False):
         super().__init__(run, spec)
-        weights = base_weights(spec)  # with LoRA on resume: the base the checkpoint's adapter names
-        self.net = build_net(spec, "causal_lm", self.layout, self.model_config, init=weights.path is None)
-        source = load_weights(self.net, weights)
-        if source is not None:
-            log.info("initial weights from %s", source)
-        self._attach_lora(source)
+        self._build("causal_lm")
         self.loss_cell = PackedSFTLossCell(self.net) if packed else SFTLossCell(self.net)
         self._train_with(self.loss_cell)
 

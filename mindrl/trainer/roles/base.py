@@ -154,6 +154,18 @@ class TrainedNetwork:
         self.layout = run.topo[spec.stage]
         self.model_config = spec.model.load()
 
+    def _build(self, kind: str, allow_missing=()) -> Optional[str]:
+        """``self.net`` as ``kind`` in this role's layout with its first weights loaded (on a LoRA resume: the base
+        the checkpoint's adapter names), then its adapters when the spec has them; returns the weights file read."""
+        weights = base_weights(self.spec)
+        self.net = build_net(self.spec, kind, self.layout, self.model_config, rename=self.rename,
+                             init=weights.path is None)
+        source = load_weights(self.net, weights, allow_missing)
+        if source is not None:
+            log.info("%s weights loaded from %s", self.name, source)
+        self._attach_lora(source)
+        return source
+
     def _attach_lora(self, base_source: Optional[str]) -> None:
         """With ``spec.lora``: adapters on ``self.net`` (whose base weights are loaded), the base frozen; on a
         resume, the adapters (and value head) of the checkpoint. ``base_source``: the base weights read (recorded
@@ -164,12 +176,14 @@ class TrainedNetwork:
         self._base_files = None  # its files' checksums as this run read them (main rank), saved with the adapter
         if spec.lora is None:
             return
-        if self.lora_base and self.run.topo.is_main:
-            self._base_files = lora_io.base_files(self.lora_base)
         lora_io.add_lora(self.net, spec.lora, self.rename or "", trainable=("score.",))
-        if spec.weights.adapters:
-            load_adapters(self.net, adapter_dir(spec.weights), self.trained_names())
-            log.info("%s adapters loaded from %s", self.name, adapter_dir(spec.weights))
+        if spec.weights.adapters:  # the base is the resumed adapter's, whose record the resume checks (preflight)
+            directory = adapter_dir(spec.weights)
+            load_adapters(self.net, directory, self.trained_names())
+            self._base_files = lora_io.read_base_record(directory)
+            log.info("%s adapters loaded from %s", self.name, directory)
+        elif self.lora_base and self.run.topo.is_main:
+            self._base_files = lora_io.base_files(self.lora_base)
 
     def trained_names(self) -> List[str]:
         """The parameters the optimizer updates (all of them without LoRA; the adapters and a head with it)."""

@@ -14,8 +14,7 @@ from mindrl.algorithms.losses import ActorLoss
 from mindrl.parallel.reshard import Resharder
 from mindrl.rollout.generator import Generator
 from mindrl.trainer.actor_graphs import ActorLossCell
-from mindrl.trainer.roles.base import (Stage, TrainedNetwork, base_weights, build_net, compile_scorer,
-                                       load_weights, score_in_shares)
+from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, compile_scorer, score_in_shares
 
 log = logging.getLogger("mindrl.train")
 
@@ -27,12 +26,7 @@ class Policy(TrainedNetwork):
         """``ptx``: a PtxTerm factory (PPO-ptx's supervised term shares this network's gradient buffers)."""
         super().__init__(run, spec)
         plan, topo = run.plan, run.topo
-        weights = base_weights(spec)  # with LoRA on resume: the base the checkpoint's adapter names
-        self.net = build_net(spec, "causal_lm", self.layout, self.model_config, init=weights.path is None)
-        source = load_weights(self.net, weights)
-        if source:
-            log.info("policy weights loaded from %s", source)
-        self._attach_lora(source)
+        self._build("causal_lm")
         # the rollout model: the train network itself when the layouts match (and it has no adapters), else a copy
         # in the infer layout whose weights come from the train model by reshard (merged with the adapters)
         lora = spec.lora
