@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 
-from conftest import make_hf_checkpoint  # noqa: E402
+from conftest import make_hf_checkpoint, next_token_nll_cell  # noqa: E402
 
 R, ALPHA = 4, 8.0
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -133,7 +133,10 @@ def test_forward_and_adapter_gradients_match_peft(base, smollm2_shaped, model, r
     ids, mask = _batch(rng, vocab)
     want = _torch_logits(pm, ids, mask)
     real = mask.astype(bool)  # logits at padding are arbitrary
-    np.testing.assert_allclose(_ms_logits(lm, ids, mask)[real], want.detach().numpy()[real], atol=2e-5, rtol=1e-4)
+    # float32 differences grow with depth: 2 layers agree to 2e-5 (gradients 2e-4 of their largest entry), SmolLM2's
+    # 30 (logits up to ~15) to 7.3e-4 (gradients 2.0e-4)
+    atol, grad_tol = (1e-3, 5e-4) if model == "smollm2" else (2e-5, 2e-4)
+    np.testing.assert_allclose(_ms_logits(lm, ids, mask)[real], want.detach().numpy()[real], atol=atol, rtol=1e-4)
 
     weights = rng.uniform(0.5, 1.5, size=(3, 9)).astype(np.float32) * mask[:, 1:] * mask[:, :-1]
     logp = torch.log_softmax(want[:, :-1].double(), -1)
@@ -144,26 +147,12 @@ def test_forward_and_adapter_gradients_match_peft(base, smollm2_shaped, model, r
     assert sorted(torch_grads) == sorted(names)  # PEFT too trains the adapters only
 
     params = lm.trainable_params()
-    _, grads = ms.value_and_grad(_nll_cell(lm), None, params)(Tensor(ids), Tensor(mask), Tensor(ids[:, 1:].copy()),
+    _, grads = ms.value_and_grad(next_token_nll_cell(lm), None, params)(Tensor(ids), Tensor(mask), Tensor(ids[:, 1:].copy()),
                                                       Tensor(weights))
     for p, g in zip(params, grads):
         ref = torch_grads[p.name]
         err = np.abs(to_external(g.asnumpy(), True) - ref).max() / max(np.abs(ref).max(), 1e-3)
-        assert err < 2e-4, f"{p.name}: gradient error {err:.1e}"
-
-
-def _nll_cell(lm):
-    from mindspore import nn, ops
-
-    class Loss(nn.Cell):
-        def __init__(self):
-            super().__init__(auto_prefix=False)
-            self.lm = lm
-
-        def construct(self, ids, mask, targets, w):
-            logp = ops.log_softmax(self.lm(ids, mask)[:, :-1], -1)
-            return -(ops.gather_elements(logp, 2, targets.reshape(targets.shape + (1,))).squeeze(-1) * w).sum()
-    return Loss()
+        assert err < grad_tol, f"{p.name}: gradient error {err:.1e}"
 
 
 def test_one_adamw_update_from_the_same_init_equals_peft_and_torch(base, rng):
@@ -178,7 +167,7 @@ def test_one_adamw_update_from_the_same_init_equals_peft_and_torch(base, rng):
     weights = (mask[:, 1:] * mask[:, :-1]).astype(np.float32)
     params = lm.trainable_params()
     opt = AdamW(params, weight_decay=wd)
-    grad_fn = ms.value_and_grad(_nll_cell(lm), None, params)
+    grad_fn = ms.value_and_grad(next_token_nll_cell(lm), None, params)
     t_params = [p for p in pm.parameters() if p.requires_grad]
     t_opt = torch.optim.AdamW(t_params, lr=lr, weight_decay=wd)
     for _ in range(2):
