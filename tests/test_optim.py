@@ -90,3 +90,17 @@ def test_mini_batches_follow_rollout_order_without_shuffle():
     update_epochs(again, arrays, arrays["loss_mask"], order_seed=lambda e: 100 + e, **kw)
     assert shuffled.rows == again.rows and shuffled.rows != plain.rows
     assert sorted(shuffled.rows[:n]) == list(range(n)) and sorted(shuffled.rows[n:]) == list(range(n))
+
+
+@pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan, 3e38])
+def test_all_finite_counts_tensors_without_inf_or_nan(bad):
+    """AllFinite's count of finite tensors against numpy's isfinite, with one entry of the 600-entry tensor (not
+    the first or the last) set to ``bad``: 3e38 is finite, and its square would overflow."""
+    import mindspore as ms
+    from mindrl.trainer.updater import AllFinite
+    rng = np.random.default_rng(3)
+    arrays = [rng.normal(size=s).astype(np.float32) for s in [(20, 30), (7,), (4, 3, 2)]]
+    if bad is not None:
+        arrays[0][11, 17] = bad
+    cell = AllFinite([ms.Parameter(ms.Tensor(a), name=f"w{i}") for i, a in enumerate(arrays)])
+    assert float(cell().asnumpy()) == sum(bool(np.isfinite(a).all()) for a in arrays)

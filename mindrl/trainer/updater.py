@@ -37,9 +37,15 @@ def _add_into_one(buf, g):
     return True  # side effects only: a returned tensor is copied out of the graph
 
 
+def _dot(x, y):
+    """sum(x * y) over all entries as one [1, n] x [n, 1] MatMul: exact to float32 rounding like ReduceSum, and on
+    CPU 3x faster than Mul + ReduceSum (docs/performance.md#sft)."""
+    return ops.matmul(x.reshape(1, -1), y.reshape(-1, 1)).reshape(())
+
+
 @_square_sum.register("Tensor")
 def _square_sum_one(g):
-    return (g * g).sum()
+    return _dot(g, g)
 
 
 @_reduce_in_place.register("Function", "Tensor")
@@ -70,7 +76,12 @@ def _clear_after_one(after, g):
 
 @_all_finite.register("Tensor")
 def _all_finite_one(p):
-    return ops.isfinite(p).all().astype(ms.float32)  # a reduction of booleans: no overflow, however large p is
+    # z' (P z) with zero vectors z (P: p as a matrix) is NaN exactly when an entry of p is inf or NaN (inf * 0 = NaN),
+    # and 0 otherwise: no overflow, however large p is, and no tensor the size of p (IsFinite + ReduceAll took 2.5x
+    # as long on CPU)
+    rows = p.reshape(1, -1) if p.ndim < 2 else p.reshape(-1, p.shape[-1])
+    per_row = ops.matmul(rows, ops.zeros((rows.shape[1], 1), rows.dtype))
+    return ops.isfinite(ops.matmul(ops.zeros((1, rows.shape[0]), rows.dtype), per_row)).astype(ms.float32).reshape(())
 
 
 class AccumulateGrad(nn.Cell):
