@@ -70,7 +70,7 @@ def run_mindrl(d, a, recompute, lora=0):
     from mindrl.models.lm import build_network
     from mindrl.models.weights import load_into
     from mindrl.runtime import setup_context
-    from mindrl.trainer.sft import SFTStep
+    from mindrl.trainer.sft import SFTStep, loss_positions
     setup_context("graph", a.threads)
     config = load_model_config(f"{d}/model").replace(recompute=recompute)
     lm = build_network(config, init=False)
@@ -80,7 +80,7 @@ def run_mindrl(d, a, recompute, lora=0):
         add_lora(lm, LoraSpec(lora, 2.0 * lora, PROJECTIONS))
     step = SFTStep(lm, clip_grad=1.0)
     ids = batch(a)
-    args = (Tensor(ids), Tensor(np.ones_like(ids)), Tensor(np.float32(1e-5)))
+    args = (Tensor(ids), Tensor(loss_positions(np.ones_like(ids))), Tensor(np.float32(1e-5)))
     losses, times = [], []
     float(step(*args).asnumpy())  # compile, and create the optimizer state, before measuring
     with PeakSampler() as mem:

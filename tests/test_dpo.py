@@ -95,6 +95,7 @@ def test_loss_metrics_and_gradients_equal_trl(hf_pair, loss_type, label_smoothin
     for side, seqs in (("chosen", chosen), ("rejected", rejected)):
         a[f"{side}_real"] = (np.arange(a[f"{side}_ids"].shape[1])[None] < np.array([len(s) for s in seqs])[:, None])
         a[f"{side}_real"] = a[f"{side}_real"].astype(np.int64)
+        a[f"{side}_mask"] = a[f"{side}_real"] * (np.arange(a[f"{side}_ids"].shape[1])[None] >= np.array(plen)[:, None])
 
     # TRL: cDPO is its sigmoid loss of the pair and of the flipped pair, mixed (TRL 1.12's sigmoid has no smoothing)
     policy.zero_grad()
@@ -111,13 +112,14 @@ def test_loss_metrics_and_gradients_equal_trl(hf_pair, loss_type, label_smoothin
     prev = ms.get_context("mode")
     ref_lm = from_pretrained(str(d / "ref"), mode="pynative").net
     both = SummedResponseLogProbs(ref_lm)(Tensor(np.concatenate([a["chosen_ids"], a["rejected_ids"]])),
-                                    Tensor(np.concatenate([a["chosen_mask"], a["rejected_mask"]]))).asnumpy()
+                                    Tensor(np.concatenate([a["chosen_positions"], a["rejected_positions"]]))).asnumpy()
     n = len(chosen)
     lm = from_pretrained(str(d / "policy"), mode="pynative").net
     cell = DPOLossCell(lm, beta, loss_type, label_smoothing)
     params = lm.trainable_params()
     grad_fn = ms.value_and_grad(cell, None, params, has_aux=True)
-    outs, grads = grad_fn(*[Tensor(a[k]) for k in ("chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask")],
+    outs, grads = grad_fn(*[Tensor(a[k]) for k in ("chosen_ids", "chosen_positions", "rejected_ids",
+                                                          "rejected_positions")],
                           Tensor(both[:n]), Tensor(both[n:]), Tensor(np.float32(n)))
     outs = [float(o.asnumpy()) for o in outs]
     ms.set_context(mode=prev)

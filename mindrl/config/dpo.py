@@ -42,6 +42,10 @@ class DPODataConfig:
                      "chosen_ids, rejected_ids and prompt_length columns")
     shuffle: bool = _opt(True, help="shuffle the pairs every epoch")
     seed: int | None = _opt(None, ge=0, lt=2**32, derived=True, help="shuffle seed; null = runtime.seed")
+    pad_to_multiple_of: int = _opt(0, ge=0, help="the width each micro-batch is padded to: 0 = the next power of "
+                                   "two of its longest row (few widths, so few graphs to compile); n = the next "
+                                   "multiple of n (TRL's pad_to_multiple_of: less padding computed, a compiled graph "
+                                   "per width met)")
     chosen_key: str = _opt("chosen_ids", help="column with the preferred sequence (prompt + response)")
     rejected_key: str = _opt("rejected_ids", help="column with the other sequence (the same prompt + response)")
     prompt_length_key: str = _opt("prompt_length", help="column with the prompt's token count: the loss is on the "

@@ -30,6 +30,10 @@ class SFTDataConfig:
                      "and loss_mask columns")
     shuffle: bool = _opt(True, help="shuffle the rows every epoch")
     seed: int | None = _opt(None, ge=0, lt=2**32, derived=True, help="shuffle seed; null = runtime.seed")
+    pad_to_multiple_of: int = _opt(0, ge=0, help="the width each micro-batch is padded to: 0 = the next power of "
+                                   "two of its longest row (few widths, so few graphs to compile); n = the next "
+                                   "multiple of n (TRL's pad_to_multiple_of: less padding computed, a compiled graph "
+                                   "per width met)")
     packing: bool = _opt(False, help="pack each micro-batch's rows into as few sequences of its width as they fit "
                          "in, each row attending only to itself with positions from 0: the same loss and gradient, "
                          "less padding computed")
@@ -72,9 +76,10 @@ MINDSPEED_REFUSED = {
     "sft_config.no_shuffle": "MindSpeed-RL's spelling: mindrl's is data.shuffle (no_shuffle: true is "
                              "data.shuffle: false)",
     "sft_config.seq_length": "sft has no length key: `mindrl preprocess` dropped rows longer than its seq_length, "
-                             "and each micro-batch is padded to its longest row; remove it",
-    "sft_config.variable_seq_lengths": "sft always pads each micro-batch to its longest row (variable lengths); "
-                                       "remove it",
+                             "and each micro-batch is padded from its longest row (data.pad_to_multiple_of); "
+                             "remove it",
+    "sft_config.variable_seq_lengths": "sft always pads each micro-batch from its longest row (variable lengths, "
+                                       "data.pad_to_multiple_of); remove it",
     "sft_config.reset_position_ids": "mindrl packs rows itself (data.packing: true) and then always starts each "
                                      "row's positions at 0; MindSpeed-RL's key is for data packed in "
                                      "preprocessing, which mindrl does not read; remove it",

@@ -39,6 +39,12 @@ def bucket(n: int, minimum: int = 8) -> int:
     return b
 
 
+def padded_width(n: int, multiple: int = 0) -> int:
+    """The width rows of longest ``n`` are padded to: :func:`bucket` (a power of two, few shapes to compile), or with
+    ``multiple`` > 0 the next multiple of it (TRL's pad_to_multiple_of: less padding, a graph per width met)."""
+    return -(-n // multiple) * multiple if multiple > 0 else bucket(n)
+
+
 def _set_up_run_dir(cfg: TrainConfig, is_main: bool, exchange) -> None:
     """This run's directory (trainer/run_dir.py), the checkpoint paths that live inside it, and MindSpore's reports
     of failed compiles (there, not in the working directory)."""

@@ -34,11 +34,11 @@ from mindrl.config.dpo import load_dpo_config
 from mindrl.config.plan import WeightsSpec
 from mindrl.parallel.reshard import rename_parameters
 from mindrl.parallel.topology import shard_rows
-from mindrl.trainer.context import bucket
+from mindrl.trainer.context import padded_width
 from mindrl.trainer.offline import OfflineTrainer, run_command
 from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, load_weights, same_weights
 from mindrl.trainer.roles.reference import share_base
-from mindrl.trainer.sft import SummedResponseLogProbs
+from mindrl.trainer.sft import SummedResponseLogProbs, loss_positions
 
 log = logging.getLogger("mindrl.dpo")
 
@@ -48,7 +48,8 @@ TRL_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewa
 
 
 class DPOLossCell(nn.Cell):
-    """(chosen_ids, chosen_mask, rejected_ids, rejected_mask, ref_chosen_logps, ref_rejected_logps, denominator)
+    """(chosen_ids, chosen_positions, rejected_ids, rejected_positions, ref_chosen_logps, ref_rejected_logps,
+    denominator)
     -> (loss, *TRL_METRICS), each a sum over the pairs divided by the denominator (the global batch's pair count).
     Chosen and rejected rows go through the policy as one batch, as TRL's concatenated forward does."""
 
@@ -59,15 +60,16 @@ class DPOLossCell(nn.Cell):
         self.logps = SummedResponseLogProbs(lm)
         self.beta, self.loss_type, self.ls = float(beta), loss_type, float(label_smoothing)
 
-    def construct(self, chosen_ids, chosen_mask, rejected_ids, rejected_mask, ref_chosen_logps, ref_rejected_logps,
-                  denom):
+    def construct(self, chosen_ids, chosen_positions, rejected_ids, rejected_positions, ref_chosen_logps,
+                  ref_rejected_logps, denom):
         n = chosen_ids.shape[0]
-        both = self.logps(ops.concat((chosen_ids, rejected_ids), 0), ops.concat((chosen_mask, rejected_mask), 0))
+        both = self.logps(ops.concat((chosen_ids, rejected_ids), 0),
+                          ops.concat((chosen_positions, rejected_positions), 0))
         chosen, rejected = both[:n], both[n:]
         chosen_ratio, rejected_ratio = chosen - ref_chosen_logps, rejected - ref_rejected_logps
         if self.loss_type == "ipo":  # TRL: per-token means of the log-ratios (its completion mask's counts)
-            n_c = ops.maximum(chosen_mask.astype(ms.float32).sum(-1), 1.0)
-            n_r = ops.maximum(rejected_mask.astype(ms.float32).sum(-1), 1.0)
+            n_c = ops.maximum((chosen_positions > 0).astype(ms.float32).sum(-1), 1.0)
+            n_r = ops.maximum((rejected_positions > 0).astype(ms.float32).sum(-1), 1.0)
             losses = ops.square(chosen_ratio / n_c - rejected_ratio / n_r - 0.5 / self.beta)
         elif self.loss_type == "hinge":
             losses = ops.relu(1.0 - self.beta * (chosen_ratio - rejected_ratio))
@@ -95,11 +97,13 @@ def dpo_losses(chosen, rejected, ref_chosen, ref_rejected, n_chosen, n_rejected,
     return (1 - ls) * np.logaddexp(0.0, -z) + ls * np.logaddexp(0.0, z)
 
 
-def pairs_arrays(chosen, rejected, prompt_lengths, pad_id: int, max_width: int):
-    """Right-padded ids of both sides at one width (the bucket of the longest, at most ``max_width``) and their
-    response masks: 1 from each row's prompt length to its end."""
-    width = min(bucket(max(len(s) for s in list(chosen) + list(rejected))), max_width)
-    out = {}
+def pairs_arrays(chosen, rejected, prompt_lengths, pad_id: int, max_width: int, multiple: int = 0):
+    """Right-padded ids of both sides at one width (the padded width of the longest, context.padded_width with
+    ``multiple``, at most ``max_width``) and the
+    positions of their response tokens (trainer/sft.py loss_positions: from each row's prompt length to its end),
+    both sides at one count of positions, as the policy scores them in one batch."""
+    width = min(padded_width(max(len(s) for s in list(chosen) + list(rejected)), multiple), max_width)
+    out, masks = {}, {}
     for side, seqs in (("chosen", chosen), ("rejected", rejected)):
         ids = np.full((len(seqs), width), pad_id, np.int32)
         mask = np.zeros((len(seqs), width), np.int32)
@@ -107,7 +111,10 @@ def pairs_arrays(chosen, rejected, prompt_lengths, pad_id: int, max_width: int):
             s = np.asarray(s)[:width]
             ids[i, :len(s)] = s
             mask[i, int(p):len(s)] = 1
-        out[f"{side}_ids"], out[f"{side}_mask"] = ids, mask
+        out[f"{side}_ids"], masks[side] = ids, mask
+    k = loss_positions(np.concatenate([masks["chosen"], masks["rejected"]])).shape[1]
+    for side in masks:
+        out[f"{side}_positions"] = loss_positions(masks[side], k)
     return out
 
 
@@ -174,12 +181,13 @@ class DPOTrainer(OfflineTrainer):
         if not self._cut and max(len(s) for s in chosen + rejected) > width:
             self._cut = True
             log.warning("pairs longer than the model's %d positions (max_position_embeddings) are cut to them", width)
-        return pairs_arrays(chosen, rejected, [int(batch[d.prompt_length_key][i]) for i in rows], self.pad_id, width)
+        return pairs_arrays(chosen, rejected, [int(batch[d.prompt_length_key][i]) for i in rows], self.pad_id, width,
+                            d.pad_to_multiple_of)
 
     def _reference(self, a: dict) -> tuple:
         ref = self.role.ref_logps
         both = ref(Tensor(np.concatenate([a["chosen_ids"], a["rejected_ids"]])),
-                   Tensor(np.concatenate([a["chosen_mask"], a["rejected_mask"]]))).asnumpy()
+                   Tensor(np.concatenate([a["chosen_positions"], a["rejected_positions"]]))).asnumpy()
         n = len(a["chosen_ids"])
         return both[:n], both[n:]
 
@@ -211,10 +219,10 @@ class DPOTrainer(OfflineTrainer):
             a = self._pairs(held_out, mine[s:s + micro])
             n = len(a["chosen_ids"])
             both = self.role.policy_logps(Tensor(np.concatenate([a["chosen_ids"], a["rejected_ids"]])),
-                                          Tensor(np.concatenate([a["chosen_mask"], a["rejected_mask"]]))).asnumpy()
+                                          Tensor(np.concatenate([a["chosen_positions"], a["rejected_positions"]]))).asnumpy()
             ref = self._reference(a) if self._ref_eval is None else (None, None)
             rows.append(np.stack([both[:n], both[n:], *(ref if ref[0] is not None else (both[:n] * 0,) * 2),
-                                  a["chosen_mask"].sum(-1), a["rejected_mask"].sum(-1)], 1))
+                                  (a["chosen_positions"] > 0).sum(-1), (a["rejected_positions"] > 0).sum(-1)], 1))
         self.net.set_train(True)
         got = self.exchange.from_each(np.concatenate(rows).astype(np.float32), self.layout).astype(np.float64)
         if self._ref_eval is None:

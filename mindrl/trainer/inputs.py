@@ -18,7 +18,8 @@ from mindspore import Tensor
 @dataclass(frozen=True)
 class InputSpec:
     dtype: str      # numpy dtype of the tensor
-    width: str      # its second axis: "sequence" (prompt + response), "response", or "row" (none: one per row)
+    width: str      # its second axis: "sequence" (prompt + response), "response", "loss" (the positions a loss
+                    # scores, trainer/sft.py loss_positions: at most the sequence) or "row" (none: one per row)
 
 
 INPUTS: Dict[str, InputSpec] = {
@@ -32,9 +33,9 @@ INPUTS: Dict[str, InputSpec] = {
     "advantages": InputSpec("float32", "response"),
     "old_values": InputSpec("float32", "response"),
     "returns": InputSpec("float32", "response"),
-    # supervised rows (PPO-ptx, SFT): token ids and a 0/1 loss mask over the same positions
+    # supervised rows (PPO-ptx, SFT): token ids and the positions of the tokens the loss scores
     "sft_ids": InputSpec("int32", "sequence"),
-    "sft_mask": InputSpec("int32", "sequence"),
+    "sft_positions": InputSpec("int32", "loss"),
     "sft_segments": InputSpec("int32", "sequence"),  # packed rows (`mindrl sft`, data.packing): each token's row
     # preference pairs (train-rm)
     "chosen_ids": InputSpec("int32", "sequence"),
@@ -42,6 +43,9 @@ INPUTS: Dict[str, InputSpec] = {
     "rejected_ids": InputSpec("int32", "sequence"),
     "rejected_mask": InputSpec("int32", "sequence"),
     "margin": InputSpec("float32", "row"),
+    # the response tokens' positions of each side (DPO)
+    "chosen_positions": InputSpec("int32", "loss"),
+    "rejected_positions": InputSpec("int32", "loss"),
     # the reference's summed response log-probs of each pair (DPO)
     "ref_chosen_logps": InputSpec("float32", "row"),
     "ref_rejected_logps": InputSpec("float32", "row"),
@@ -81,7 +85,7 @@ def ordered(names: Tuple[str, ...], arrays: Mapping[str, np.ndarray], what: str 
 
 def dummy_inputs(names: Tuple[str, ...], rows: int, sequence: int, response: int) -> Dict[str, np.ndarray]:
     """Zeros of the right dtypes and shapes: what a graph is compiled for before real data arrives."""
-    widths = {"sequence": (rows, sequence), "response": (rows, response), "row": (rows,)}
+    widths = {"sequence": (rows, sequence), "response": (rows, response), "loss": (rows, sequence), "row": (rows,)}
     return {n: np.zeros(widths[INPUTS[n].width], INPUTS[n].dtype) for n in names}
 
 

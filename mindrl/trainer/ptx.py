@@ -20,13 +20,14 @@ from mindspore import nn, ops
 
 from mindrl.data.reader import PTX_COLUMNS, PromptDataset
 from mindrl.trainer.context import bucket
-from mindrl.trainer.sft import NextTokenNLL
+from mindrl.trainer.sft import NextTokenNLL, loss_positions
 from mindrl.trainer.updater import AccumulateGrad
 
 
 class PtxLossCell(nn.Cell):
-    """(sft_ids [B, W], sft_mask [B, W], denominator) -> (pretrain_coef * nll, nll): nll is the masked next-token
-    negative log-likelihood (trainer/sft.py) over the chunk's masked token count."""
+    """(sft_ids [B, W], sft_positions [B, W], denominator) -> (pretrain_coef * nll, nll): nll is the masked
+    next-token negative log-likelihood (trainer/sft.py) over the chunk's masked token count. The positions have the
+    rows' full width, one shape for every chunk (the actor's graphs are compiled before the first step)."""
 
     METRICS = (("ptx_loss", "sum"),)
 
@@ -35,8 +36,8 @@ class PtxLossCell(nn.Cell):
         self.nll = NextTokenNLL(lm)
         self.coef = float(pretrain_coef)
 
-    def construct(self, sft_ids, sft_mask, denom):
-        nll = self.nll(sft_ids, sft_mask, denom)
+    def construct(self, sft_ids, sft_positions, denom):
+        nll = self.nll(sft_ids, sft_positions, denom)
         return self.coef * nll, ops.stop_gradient(nll)
 
 
@@ -90,7 +91,8 @@ class PtxTerm:
         total = np.zeros(len(self.metrics))
         for u0 in range(0, len(mine), micro):
             r = mine[u0:u0 + micro]
-            total += self.accumulate.run({"sft_ids": self.ids[r], "sft_mask": self.mask[r]}, denom)[1:]
+            total += self.accumulate.run({"sft_ids": self.ids[r],
+                                          "sft_positions": loss_positions(self.mask[r], self.width)}, denom)[1:]
         return total
 
     def compile(self) -> None:

@@ -23,11 +23,11 @@ from mindspore import Tensor
 
 from mindrl.config.sft import load_sft_config
 from mindrl.parallel.topology import shard_rows
-from mindrl.trainer.context import bucket
+from mindrl.trainer.context import padded_width
 from mindrl.trainer.offline import OfflineTrainer, run_command
 from mindrl.trainer.ptx import PTX_COLUMNS, ptx_rows
 from mindrl.trainer.roles.base import Stage, TrainedNetwork
-from mindrl.trainer.sft import PackedSFTLossCell, SFTLossCell, pack_rows
+from mindrl.trainer.sft import PackedSFTLossCell, SFTLossCell, loss_positions, pack_rows
 
 log = logging.getLogger("mindrl.sft")
 
@@ -69,9 +69,9 @@ class SFTTrainer(OfflineTrainer):
         return TrainedCausalLM(run, self.spec, packed=self.cfg.data.packing)
 
     def _arrays(self, batch, rows, training: bool = True) -> dict:
-        """Right-padded ids and loss mask of ``rows``, at the bucket of the longest (at most the model's positions;
-        a longer row is cut to them); with data.packing (training only), the rows packed into as few sequences of
-        that width as they fit in (trainer/sft.py, pack_rows)."""
+        """Right-padded ids and loss positions of ``rows``, at the padded width of the longest (data.pad_to_multiple_of;
+        at most the model's positions; a longer row is cut to them); with data.packing (training only), the rows
+        packed into as few sequences of that width as they fit in (trainer/sft.py, pack_rows)."""
         ids = [batch["pretrain_ids"][i] for i in rows]
         masks = [batch["loss_mask"][i] for i in rows]
         longest = max(len(r) for r in ids)
@@ -79,13 +79,13 @@ class SFTTrainer(OfflineTrainer):
             self._cut = True
             log.warning("rows longer than the model's %d positions (max_position_embeddings) are cut to them; the "
                         "longest has %d tokens", self.max_width, longest)
-        width = min(bucket(longest), self.max_width)
+        width = min(padded_width(longest, self.cfg.data.pad_to_multiple_of), self.max_width)
         if training and self.cfg.data.packing:
             sft_ids, sft_mask, segments = pack_rows([r[:width] for r in ids], [m[:width] for m in masks], width,
                                                     self.pad_id)
-            return {"sft_ids": sft_ids, "sft_mask": sft_mask, "sft_segments": segments}
+            return {"sft_ids": sft_ids, "sft_positions": loss_positions(sft_mask), "sft_segments": segments}
         sft_ids, sft_mask = ptx_rows({"pretrain_ids": ids, "loss_mask": masks}, width, self.pad_id)
-        return {"sft_ids": sft_ids, "sft_mask": sft_mask}
+        return {"sft_ids": sft_ids, "sft_positions": loss_positions(sft_mask)}
 
     def _denominator(self, batch) -> float:
         """The global batch's response tokens (every replica's rows), each row as the model sees it (cut to its
@@ -120,8 +120,8 @@ class SFTTrainer(OfflineTrainer):
         self.net.set_train(False)
         for s in range(0, len(mine), micro):
             a = self._arrays(held_out, mine[s:s + micro], training=False)
-            total += [float(nll(Tensor(a["sft_ids"]), Tensor(a["sft_mask"]), one).asnumpy()),
-                      float(a["sft_mask"][:, 1:].sum())]
+            total += [float(nll(Tensor(a["sft_ids"]), Tensor(a["sft_positions"]), one).asnumpy()),
+                      float((a["sft_positions"] > 0).sum())]
         self.net.set_train(True)
         if self.topo.world > 1:
             total = self.exchange.all_sum(total) / self.layout.tp
