@@ -140,13 +140,10 @@ def report(results, title: str, bench: str, unit: str, first_name: str, first_ke
               f"{m['rows'][0][first_key]:.4f}, trl {t['rows'][0][first_key]:.4f}" + tail.format(m=m, t=t))
 
 
-def run_mindrl(d, a, section: str, model_keys: dict, data_path: str, trainer_cls, load_config, measure) -> dict:
-    """Write ``d/<section>.yaml`` (the model at a.model, the optimizer settings both sides share, ``model_keys``
-    on top, the data in file order), build ``trainer_cls`` and run a.steps steps; ``measure(batch, metrics)`` gives
-    each step's row (tokens and the figures the table shows), to which the step's time is added."""
+def write_config(d, a, section: str, model_keys: dict, data_path: str) -> str:
+    """``d/<section>.yaml``: the model at a.model, the optimizer settings both sides share with ``model_keys`` on
+    top, the data in file order, a.steps steps; returns its path."""
     import yaml
-    from bench_real import CompileCounter
-    counter = CompileCounter()
     m = a.model
     doc = {section: {"model": m, "tokenizer_name_or_path": m, "load": m, "save": None, "lr_decay_style": "constant",
                      "lr_warmup_iters": 0, "weight_decay": 0.0, "adam_beta1": 0.9, "adam_beta2": 0.999,
@@ -156,9 +153,18 @@ def run_mindrl(d, a, section: str, model_keys: dict, data_path: str, trainer_cls
            "logging": {"log_dir": f"{d}/mindrl_logs/<run_id>", "jsonl": False, "tensorboard": False,
                        "progress_bar": False},
            "runtime": {"mode": "graph", "threads": a.threads, "seed": 0}}
-    with open(f"{d}/{section}.yaml", "w") as fh:
+    path = f"{d}/{section}.yaml"
+    with open(path, "w") as fh:
         yaml.safe_dump(doc, fh)
-    cfg = load_config(f"{d}/{section}.yaml")
+    return path
+
+
+def run_mindrl(d, a, section: str, model_keys: dict, data_path: str, trainer_cls, load_config, measure) -> dict:
+    """Build ``trainer_cls`` from :func:`write_config`'s file and run a.steps steps; ``measure(batch, metrics)``
+    gives each step's row (tokens and the figures the table shows), to which the step's time is added."""
+    from bench_real import CompileCounter
+    counter = CompileCounter()
+    cfg = load_config(write_config(d, a, section, model_keys, data_path))
     t0 = time.perf_counter()
     t = trainer_cls(cfg)
     startup = time.perf_counter() - t0

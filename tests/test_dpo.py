@@ -176,6 +176,23 @@ def dpo_yaml(d, name, **sections):
     return str(path)
 
 
+@pytest.mark.parametrize("multiple, width", [(0, 32), (8, 24), (5, 20)])
+def test_pairs_are_padded_as_data_pad_to_multiple_of_says(multiple, width):
+    """Both sides at one width (the longest row is 19 tokens: a power of two, or the next multiple), and each side's
+    positions are exactly its response tokens' (from the prompt length to the row's end), in order, then 0."""
+    from mindrl.trainer.dpo_training import pairs_arrays
+    chosen, rejected, plen = [list(range(1, 20)), list(range(1, 9))], [list(range(1, 12)), list(range(1, 7))], [6, 3]
+    a = pairs_arrays(chosen, rejected, plen, pad_id=0, max_width=256, multiple=multiple)
+    assert a["chosen_ids"].shape == a["rejected_ids"].shape == (2, width)
+    assert a["chosen_positions"].shape == a["rejected_positions"].shape
+    for side, seqs in (("chosen", chosen), ("rejected", rejected)):
+        for i, (s, p) in enumerate(zip(seqs, plen)):
+            want = list(range(p, len(s)))
+            got = a[f"{side}_positions"][i]
+            assert got[:len(want)].tolist() == want and not got[len(want):].any()
+            assert a[f"{side}_ids"][i, :len(s)].tolist() == s and not a[f"{side}_ids"][i, len(s):].any()
+
+
 def test_micro_batches_add_up_to_the_whole_batch(workdir):
     from mindrl.config.dpo import load_dpo_config
     from mindrl.models.weights import state_numpy

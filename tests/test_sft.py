@@ -228,23 +228,27 @@ def test_packed_rows_each_get_their_own_logits():
 
 
 def test_a_packed_step_equals_the_unpacked_step(workdir):
-    """data.packing: the same loss and accumulated gradient as the rows unpacked, from fewer sequences."""
+    """data.packing: the same loss and accumulated gradient as the rows unpacked, from fewer sequences; and
+    data.pad_to_multiple_of: the same from rows padded to a multiple of 8 instead of a power of two."""
     from mindrl.config.sft import load_sft_config
     from mindrl.trainer.sft_training import SFTTrainer
-    batch = varied_rows(2)
+    batch = varied_rows(2, lengths=(20, 5, 7, 3, 12, 9, 6, 4))
+    longest = max(len(r) for r in batch["pretrain_ids"])
     results = []
-    for packing in (False, True):
-        trainer = SFTTrainer(load_sft_config(sft_yaml(workdir, f"sft_packing_{packing}", sft_config=RUN,
+    for packing, multiple, shape in ((False, 0, (8, 32)), (True, 0, (4, 32)), (False, 8, (8, -(-longest // 8) * 8))):
+        trainer = SFTTrainer(load_sft_config(sft_yaml(workdir, f"sft_packing_{packing}_{multiple}", sft_config=RUN,
                                                       train={"global_batch_size": 8, "micro_batch_size": 8},
-                                                      data={"packing": packing})))
+                                                      data={"packing": packing, "pad_to_multiple_of": multiple})))
         arrays = trainer._arrays(batch, range(8))
-        assert arrays["sft_ids"].shape == ((4, 32) if packing else (8, 32))
+        assert arrays["sft_ids"].shape == shape
         loss = trainer.updater.micro_step(arrays, trainer._denominator(batch))[0]
         results.append((float(loss), [g.asnumpy().copy() for g in trainer.updater.accumulate.accum]))
-    (loss, grads), (packed_loss, packed_grads) = results
-    assert packed_loss == pytest.approx(loss, rel=1e-5)
-    for a, b in zip(grads, packed_grads):
-        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5 * max(np.abs(a).max(), 1e-3))
+    assert shape[1] < 32  # the rows really were padded less
+    (loss, grads), *others = results
+    for other_loss, other_grads in others:
+        assert other_loss == pytest.approx(loss, rel=1e-5)
+        for a, b in zip(grads, other_grads):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5 * max(np.abs(a).max(), 1e-3))
 
 
 def test_stopped_and_resumed_ends_as_an_uninterrupted_run(workdir, whole_run):
