@@ -18,6 +18,10 @@ with the end-of-turn token on, so responses end where the model stops (variable 
   whitened advantages, one epoch in one mini-batch accumulated over micro-batches of --micro-batch. TRL's
   PPOTrainer stops a response at the end-of-turn token (`stop_token='eos'`) and scores it there.
 
+Padding: TRL pads a batch's prompts and completions to the longest of each; mindrl's training and scoring graphs pad
+them to the next multiple of --pad-to-multiple-of (8 by default: `rl_config.pad_to_multiple_of`), or with 0 to the
+next power of two (mindrl's default; prompts of 46-47 tokens then take 64 positions).
+
 Each side runs in its own process (`bench/common.py run_side`) and reports: step times, e2e_tps (the step's real
 prompt + response tokens over its time: the lengths vary, so each side counts its own tokens), the process's peak
 RSS, start-up (build and load) and first-step time, and for mindrl every graph compile (MindSpore's
@@ -161,7 +165,7 @@ def mindrl_overrides(d, a, model_dir):
             "data.path": f"{d}/prompts.mindrecord", "eval.path": "null", "eval.interval": 0,
             "logging.log_dir": f"{d}/mindrl_logs/<run_id>", "logging.progress_bar": "false",
             "logging.tensorboard": "false", "logging.log_max_throughput": "false", "runtime.threads": a.threads,
-            "runtime.seed": 0, "rl_config.train_iters": a.steps}
+            "runtime.seed": 0, "rl_config.train_iters": a.steps, "rl_config.pad_to_multiple_of": a.pad_to_multiple_of}
 
 
 def run_mindrl(d, a, algo, model_dir, lora=False):
@@ -322,7 +326,8 @@ def run_trl_ppo(d, a, model_dir, lora=False):
 
 def side_args(a):
     args = []
-    for k in ("new_tokens", "steps", "threads", "micro_batch", "grpo_prompts", "ppo_prompts", "max_prompt", "lora"):
+    for k in ("new_tokens", "steps", "threads", "micro_batch", "grpo_prompts", "ppo_prompts", "max_prompt", "lora",
+              "pad_to_multiple_of"):
         args += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
     return args + (["--quick"] if a.quick else []) + ["--model", a.model]
 
@@ -331,7 +336,8 @@ def report(algo, results, a, params):
     what = (f"{a.grpo_prompts} prompts x {SAMPLES} samples" if algo == "grpo"
             else f"{a.ppo_prompts} prompts x 1 response (reference, reward model, critic)")
     print(f"\n{algo.upper()} on {os.path.basename(a.model.rstrip('/'))} ({params / 1e6:.1f}M), {what}, up to "
-          f"{a.new_tokens} new tokens (stop at end of turn), micro-batch {a.micro_batch}, {a.threads} threads")
+          f"{a.new_tokens} new tokens (stop at end of turn), micro-batch {a.micro_batch}, mindrl's widths padded to "
+          f"{f'a multiple of {a.pad_to_multiple_of}' if a.pad_to_multiple_of else 'a power of two'}, {a.threads} threads")
     print(f"{'side':12} {'start-up':>9} {'step 1':>7} {'median step':>12} {'e2e_tps':>8} {'peak RSS':>9}   "
           f"steps (s) / mean response tokens")
     med = {}
@@ -369,6 +375,8 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=8, help="responses per forward/backward, both sides")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-prompt", type=int, default=64, help="prompt tokens at most (the example's 64)")
+    ap.add_argument("--pad-to-multiple-of", type=int, default=8,
+                    help="mindrl's rl_config.pad_to_multiple_of (0: powers of two); TRL pads to the longest")
     ap.add_argument("--quick", action="store_true", help="a tiny random LLaMA and tokenizer, 3 steps: a smoke run")
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank of the policy (0: full fine-tuning only); with a "
                     "rank: mindrl full and LoRA, and TRL with PEFT")

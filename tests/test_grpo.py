@@ -140,6 +140,30 @@ def test_gradient_accumulation_matches_one_big_micro_batch(workdir):
     assert max(float(np.abs(a[k] - b[k]).max()) for k in a) < 1e-5
 
 
+def test_padding_to_a_multiple_gives_the_same_update(workdir):
+    """rl_config.pad_to_multiple_of: the training graphs run at multiples of 3 instead of powers of two (other
+    shapes, less padding) and the update is the same."""
+    from mindrl.trainer import RLTrainer
+
+    class Needs:  # an experience whose longest prompt and response are 11 and 5 tokens
+        def widths_needed(self):
+            return 11, 5
+    weights = []
+    for multiple, widths in ((0, (16, 8)), (3, (12, 6))):
+        cfg = make_config(workdir, f"pad{multiple}", **{"rl_config.pad_to_multiple_of": multiple,
+                                                        "rl_config.train_iters": 1, "actor_config.save": "null",
+                                                        "actor_config.save_interval": 0, "eval.path": "null"})
+        t = RLTrainer(cfg)
+        assert t.run.train_widths(Needs()) == widths
+        t.fit()
+        weights.append(t.policy.state_dict())
+    a, b = weights
+    from mindrl.models.weights import TensorSource
+    init = TensorSource(str(workdir / "policy"))
+    assert max(float(np.abs(a[k] - init.get(k)).max()) for k in a) > 1e-4  # the update did something
+    assert max(float(np.abs(a[k] - b[k]).max()) for k in a) < 1e-5
+
+
 def test_single_update_reuses_rollout_log_probs(workdir):
     from mindrl.trainer import RLTrainer
     one = RLTrainer(make_config(workdir, "one", **{"rl_config.train_iters": 1, "actor_config.save": "null",

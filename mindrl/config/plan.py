@@ -250,6 +250,7 @@ class RolloutPlan:
     dynamic_sampling: bool
     dynamic_sampling_metric: Optional[str]   # None: the sequence score before the reward model
     mask_truncated: bool               # truncated responses get no loss (mask_truncated_completions)
+    pad_to_multiple_of: int = 0        # the training widths: 0 = powers of two, n = multiples of n
 
 
 @dataclass(frozen=True)
@@ -326,7 +327,7 @@ def plan_rollout(cfg) -> RolloutPlan:
         d.ptx_path if rl.pretrain_coef > 0 else None, gen.max_prompt_length, gen.max_tokens, gen.min_tokens,
         gen.do_sample, gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty, tuple(gen.stop_token_ids),
         gen.seed, rl.dynamic_sampling, rl.dynamic_sampling_metric,
-        rl.mask_truncated_completions)
+        rl.mask_truncated_completions, rl.pad_to_multiple_of)
 
 
 # -- the schedule and the held-out set ---------------------------------------------------------------------------------

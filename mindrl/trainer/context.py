@@ -39,10 +39,11 @@ def bucket(n: int, minimum: int = 8) -> int:
     return b
 
 
-def padded_width(n: int, multiple: int = 0) -> int:
-    """The width rows of longest ``n`` are padded to: :func:`bucket` (a power of two, few shapes to compile), or with
-    ``multiple`` > 0 the next multiple of it (TRL's pad_to_multiple_of: less padding, a graph per width met)."""
-    return -(-n // multiple) * multiple if multiple > 0 else bucket(n)
+def padded_width(n: int, multiple: int = 0, minimum: int = 8) -> int:
+    """The width rows of longest ``n`` are padded to: :func:`bucket` (a power of two from ``minimum``, few shapes to
+    compile), or with ``multiple`` > 0 the next multiple of it (TRL's pad_to_multiple_of: less padding, a graph per
+    width met)."""
+    return max(-(-n // multiple) * multiple, multiple) if multiple > 0 else bucket(n, minimum)
 
 
 def _set_up_run_dir(cfg: TrainConfig, is_main: bool, exchange) -> None:
@@ -128,15 +129,18 @@ class RunContext:
     def static_widths(self) -> tuple:
         """(prompt width, response width) of the widest batch: the buckets of the configured maxima."""
         ro = self.plan.rollout
-        return bucket(ro.max_prompt_length), bucket(ro.max_tokens, 4)
+        return self._widths(ro.max_prompt_length, ro.max_tokens)
 
     def train_widths(self, exp) -> tuple:
         """(prompt width, response width) the training graphs run at for ``exp``: fixed buckets of the configured
         maxima with static shapes, else the smallest buckets that hold the batch."""
         if self.static_shapes:
             return self.static_widths()
-        longest_p, longest_r = exp.widths_needed()
-        return bucket(longest_p), bucket(longest_r, 4)
+        return self._widths(*exp.widths_needed())
+
+    def _widths(self, prompt: int, response: int) -> tuple:
+        m = self.plan.rollout.pad_to_multiple_of  # rl_config.pad_to_multiple_of
+        return padded_width(prompt, m), padded_width(response, m, 4)
 
 
 def _stages(plan: RunPlan) -> dict:
