@@ -97,7 +97,7 @@ EXPECTED_DEFAULTS = {
     "rl_config": dict(
         adv_estimator="grpo", policy_loss="vanilla", n_samples_per_prompt=8, global_batch_size=16,
         mini_batch_size=16, micro_batch_size=8, actor_forward_micro_batch_size=None, ref_forward_micro_batch_size=None,
-        ppo_epochs=1, shuffle_minibatch=True, train_iters=100, clip_ratio=0.2,
+        pad_to_multiple_of=0, ppo_epochs=1, shuffle_minibatch=True, train_iters=100, clip_ratio=0.2,
         clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=None, kl_penalty="low_var_kl", kl_coef=0.0,
         use_kl_in_reward=False, use_kl_in_loss=True, kl_ctrl_type="fixed", kl_target=0.1, kl_horizon=10000,
         entropy_coeff=0.0, loss_agg_mode="token-mean", norm_adv_by_std=True,
@@ -147,7 +147,7 @@ FULL = {
         # defaults, as does clip_ratio (both of its sides are given); each is tested on its own below
         adv_estimator="grpo", policy_loss="vanilla", n_samples_per_prompt=4, global_batch_size=8,
         mini_batch_size=4, micro_batch_size=4, actor_forward_micro_batch_size=2, ref_forward_micro_batch_size=8,
-        ppo_epochs=2, shuffle_minibatch=False, train_iters=50, clip_ratio=0.2,
+        pad_to_multiple_of=8, ppo_epochs=2, shuffle_minibatch=False, train_iters=50, clip_ratio=0.2,
         clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, kl_penalty="k3", kl_coef=0.01,
         use_kl_in_reward=True, use_kl_in_loss=False, kl_ctrl_type="adaptive", kl_target=0.5, kl_horizon=500,
         entropy_coeff=0.001, loss_agg_mode="seq-mean-token-sum-norm",
