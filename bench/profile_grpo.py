@@ -52,6 +52,23 @@ def read_profile(out_dir):
     return types, parts
 
 
+def print_kernel_time(types, parts, profiled: int, top: int) -> None:
+    """Kernel time per step: in all, by graph part and by operator type (the ``top`` types), from
+    :func:`read_profile`'s tables of ``profiled`` steps."""
+    total = sum(float(r["total_compute_time"]) for r in types)
+    calls = sum(int(r["type_occurrences"]) for r in types)
+    print(f"kernel time: {total / 1000 / profiled:.3f} s per step in {calls / profiled:.0f} kernel launches; "
+          f"by graph part:")
+    for k, v in parts.most_common():
+        print(f"  {k:28} {v / 1000 / profiled:8.3f} s  {100 * v / total:5.1f}%")
+    print(f"by operator type (top {top}):")
+    print(f"  {'type':28} {'s/step':>8} {'share':>6} {'calls/step':>10} {'avg ms':>8}")
+    for r in sorted(types, key=lambda r: -float(r["total_compute_time"]))[:top]:
+        t = float(r["total_compute_time"])
+        print(f"  {r['op_type']:28} {t / 1000 / profiled:8.3f} {100 * t / total:5.1f}% "
+              f"{int(r['type_occurrences']) / profiled:10.0f} {float(r['avg_time(ms)']):8.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_model_args(ap)
@@ -85,24 +102,13 @@ def main():
     profiler.analyse()
     types, parts = read_profile(prof_dir)
 
-    total = sum(float(r["total_compute_time"]) for r in types)
     print(f"\nGRPO step, {params / 1e6:.1f}M parameters, 2 prompts x 8 samples, {a.prompt_len}+{a.new_tokens} "
           f"tokens, beta {a.beta}, {a.threads} threads; {profiled} profiled steps")
     print("stages (s per step, mindrl's own timing):")
     for k, v in sorted(stages.items(), key=lambda kv: -kv[1]):
         if v >= 0.005:
             print(f"  {k:28} {v:8.3f}")
-    calls = sum(int(r["type_occurrences"]) for r in types)
-    print(f"kernel time: {total / 1000 / profiled:.3f} s per step in {calls / profiled:.0f} kernel launches; "
-          f"by graph part:")
-    for k, v in parts.most_common():
-        print(f"  {k:28} {v / 1000 / profiled:8.3f} s  {100 * v / total:5.1f}%")
-    print(f"by operator type (top {a.top}):")
-    print(f"  {'type':28} {'s/step':>8} {'share':>6} {'calls/step':>10} {'avg ms':>8}")
-    for r in sorted(types, key=lambda r: -float(r["total_compute_time"]))[:a.top]:
-        t = float(r["total_compute_time"])
-        print(f"  {r['op_type']:28} {t / 1000 / profiled:8.3f} {100 * t / total:5.1f}% "
-              f"{int(r['type_occurrences']) / profiled:10.0f} {float(r['avg_time(ms)']):8.3f}")
+    print_kernel_time(types, parts, profiled, a.top)
     if a.keep:
         print(f"profiler output kept in {prof_dir}")
 

@@ -30,7 +30,7 @@ def main():
     a = ap.parse_args()
     sys.path.insert(0, HERE)
     import bench_sft
-    from profile_grpo import read_profile
+    from profile_grpo import print_kernel_time, read_profile
     d = common.scratch_dir("profile_sft_")
     if a.quick:
         from bench_real import make_quick_model
@@ -56,21 +56,10 @@ def main():
     wall = (time.perf_counter() - t0) / profiled
     profiler.analyse()
     types, parts = read_profile(os.path.join(d, "profile"))
-    total = sum(float(r["total_compute_time"]) for r in types)
-    calls = sum(int(r["type_occurrences"]) for r in types)
     print(f"\nSFT step on {os.path.basename(a.model.rstrip('/'))}, {a.batch} rows in micro-batches of {a.micro_batch}, "
           f"rows padded to {offline_bench.pad_words(a)}, {a.threads} threads; {profiled} profiled steps")
-    print(f"wall time {wall:.3f} s per step (profiled); kernel time {total / 1000 / profiled:.3f} s in "
-          f"{calls / profiled:.0f} kernel launches; by graph part:")
-    for k, v in parts.most_common():
-        print(f"  {k:28} {v / 1000 / profiled:8.3f} s  {100 * v / total:5.1f}%")
-    print(f"by operator type (top {a.top}):")
-    print(f"  {'type':28} {'s/step':>8} {'share':>6} {'calls/step':>10} {'avg ms':>8}")
-    for r in sorted(types, key=lambda r: -float(r["total_compute_time"]))[:a.top]:
-        t = float(r["total_compute_time"])
-        print(f"  {r['op_type']:28} {t / 1000 / profiled:8.3f} {100 * t / total:5.1f}% "
-              f"{int(r['type_occurrences']) / profiled:10.0f} {float(r['avg_time(ms)']):8.3f}")
-
+    print(f"wall time {wall:.3f} s per step (profiled)")
+    print_kernel_time(types, parts, profiled, a.top)
 
 if __name__ == "__main__":
     main()
