@@ -353,7 +353,7 @@ def report(algo, results, a, params):
     if m["rows"][-1].get("split"):
         print("mindrl split (median of steady steps): " + str({
             k: round(statistics.median(x["split"].get(k, 0.0) for x in (m["rows"][2:] or m["rows"])), 2)
-            for k in m["rows"][-1]["split"] if statistics.median(x["split"].get(k, 0.0) for x in m["rows"]) > 0.005}))
+            for k in m["rows"][-1]["split"] if statistics.median(x["split"].get(k, 0.0) for x in m["rows"]) > 0}))
     later = {k: v for k, v in m["compiles"].items() if int(k) > 2}
     print(f"mindrl graph compiles by step (count, seconds): {m['compiles']}; after step 2: "
           f"{sum(v[0] for v in later.values())} compiles" + (f" {later}" if later else ""))

@@ -176,6 +176,13 @@ def unexpected_files(copy: str, tracked: set) -> List[str]:
     return sorted(out)
 
 
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_page(page: str, copy: str, done: set, log: list) -> None:
     env = environment(copy)
     for cmd in commands(page):
@@ -187,6 +194,9 @@ def run_page(page: str, copy: str, done: set, log: list) -> None:
             log.append(f"{where}: ran already (above, or on an earlier page)")
             continue
         started, cpu = time.perf_counter(), _children_cpu()
+        # msrun's scheduler port: one the kernel hands out as free, not the launcher's default 8118, which another
+        # test file's msrun job (another xdist worker) can take between the launcher's check and msrun's bind
+        env["MASTER_PORT"] = str(_free_port())
         res = subprocess.run(["bash", "-euo", "pipefail", "-c", cmd.run], cwd=copy, env=env, capture_output=True,
                              text=True, timeout=TIMEOUT)
         log.append(f"{where}: {time.perf_counter() - started:.0f} s ({_children_cpu() - cpu:.0f} s of CPU) "
