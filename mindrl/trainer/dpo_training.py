@@ -112,10 +112,18 @@ def pairs_arrays(chosen, rejected, prompt_lengths, pad_id: int, max_width: int, 
             ids[i, :len(s)] = s
             mask[i, int(p):len(s)] = 1
         out[f"{side}_ids"], masks[side] = ids, mask
-    k = loss_positions(np.concatenate([masks["chosen"], masks["rejected"]])).shape[1]
-    for side in masks:
-        out[f"{side}_positions"] = loss_positions(masks[side], k)
+    both = loss_positions(np.concatenate([masks["chosen"], masks["rejected"]]))  # one count of positions for both
+    out["chosen_positions"], out["rejected_positions"] = both[:len(chosen)], both[len(chosen):]
     return out
+
+
+def score_pairs(logps, a: dict) -> tuple:
+    """(chosen, rejected) summed response log-probs of ``pairs_arrays``' pairs by ``logps`` (a
+    SummedResponseLogProbs), both sides in one batch as the loss cell scores them; numpy [n] each."""
+    n = len(a["chosen_ids"])
+    both = logps(Tensor(np.concatenate([a["chosen_ids"], a["rejected_ids"]])),
+                 Tensor(np.concatenate([a["chosen_positions"], a["rejected_positions"]]))).asnumpy()
+    return both[:n], both[n:]
 
 
 class DPOPolicy(TrainedNetwork):
@@ -185,11 +193,7 @@ class DPOTrainer(OfflineTrainer):
                             d.pad_to_multiple_of)
 
     def _reference(self, a: dict) -> tuple:
-        ref = self.role.ref_logps
-        both = ref(Tensor(np.concatenate([a["chosen_ids"], a["rejected_ids"]])),
-                   Tensor(np.concatenate([a["chosen_positions"], a["rejected_positions"]]))).asnumpy()
-        n = len(a["chosen_ids"])
-        return both[:n], both[n:]
+        return score_pairs(self.role.ref_logps, a)
 
     def _arrays(self, batch, rows, training: bool = True) -> dict:
         a = self._pairs(batch, rows)
@@ -217,11 +221,9 @@ class DPOTrainer(OfflineTrainer):
         self.net.set_train(False)
         for s in range(0, len(mine), micro):
             a = self._pairs(held_out, mine[s:s + micro])
-            n = len(a["chosen_ids"])
-            both = self.role.policy_logps(Tensor(np.concatenate([a["chosen_ids"], a["rejected_ids"]])),
-                                          Tensor(np.concatenate([a["chosen_positions"], a["rejected_positions"]]))).asnumpy()
+            chosen, rejected = score_pairs(self.role.policy_logps, a)
             ref = self._reference(a) if self._ref_eval is None else (None, None)
-            rows.append(np.stack([both[:n], both[n:], *(ref if ref[0] is not None else (both[:n] * 0,) * 2),
+            rows.append(np.stack([chosen, rejected, *(ref if ref[0] is not None else (chosen * 0,) * 2),
                                   (a["chosen_positions"] > 0).sum(-1), (a["rejected_positions"] > 0).sum(-1)], 1))
         self.net.set_train(True)
         got = self.exchange.from_each(np.concatenate(rows).astype(np.float32), self.layout).astype(np.float64)

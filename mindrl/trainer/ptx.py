@@ -72,13 +72,14 @@ class PtxTerm:
         self.micro_batch = plan.batch.micro_batch
         self.metrics = tuple(self.cell.METRICS)
         self._it = None
-        self.ids = self.mask = None
+        self.ids = self.mask = self.positions = None
 
     def begin_step(self) -> None:
         if self._it is None:
             self._it = self.stream.forever()
         batch = next(self._it)
         self.ids, self.mask = ptx_rows(batch, self.width, self.run.pad_id)
+        self.positions = loss_positions(self.mask, self.width)  # one shape for all chunks (compiled ahead)
 
     def run_chunk(self, k: int, count: int) -> np.ndarray:
         """Forward + backward of this replica's share of chunk ``k`` of ``count``; returns the metric partials."""
@@ -91,8 +92,7 @@ class PtxTerm:
         total = np.zeros(len(self.metrics))
         for u0 in range(0, len(mine), micro):
             r = mine[u0:u0 + micro]
-            total += self.accumulate.run({"sft_ids": self.ids[r],
-                                          "sft_positions": loss_positions(self.mask[r], self.width)}, denom)[1:]
+            total += self.accumulate.run({"sft_ids": self.ids[r], "sft_positions": self.positions[r]}, denom)[1:]
         return total
 
     def compile(self) -> None:
