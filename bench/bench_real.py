@@ -206,7 +206,7 @@ def run_mindrl(d, a, algo, model_dir, lora=False):
         tokens = (m["prompt_length/mean"] + m["response_length/mean"]) * n
         rows.append({"time": secs, "tokens": tokens, "response_mean": m["response_length/mean"],
                      "response_max": m["response_length/max"],
-                     "split": {k[7:]: round(v, 2) for k, v in m.items() if k.startswith("timing/") and k != "timing/all"}})
+                     "split": {k[7:]: v for k, v in m.items() if k.startswith("timing/") and k != "timing/all"}})
     return {"rows": rows, "startup_s": round(startup, 1), "peak_rss_gb": peak_rss_gb(),
             "compiles": counter.by_step(), "compile_events": counter.events}
 
@@ -352,8 +352,8 @@ def report(algo, results, a, params):
     m = results["mindrl"]
     if m["rows"][-1].get("split"):
         print("mindrl split (median of steady steps): " + str({
-            k: round(statistics.median(x["split"].get(k, 0.0) for x in (m["rows"][2:] or m["rows"])), 2)
-            for k in m["rows"][-1]["split"] if statistics.median(x["split"].get(k, 0.0) for x in m["rows"]) > 0}))
+            k: round(statistics.median(x["split"].get(k, 0.0) for x in (m["rows"][2:] or m["rows"])), 3)
+            for k in m["rows"][-1]["split"] if any(x["split"].get(k, 0.0) > 0 for x in m["rows"])}))
     later = {k: v for k, v in m["compiles"].items() if int(k) > 2}
     print(f"mindrl graph compiles by step (count, seconds): {m['compiles']}; after step 2: "
           f"{sum(v[0] for v in later.values())} compiles" + (f" {later}" if later else ""))
