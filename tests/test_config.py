@@ -120,7 +120,7 @@ EXPECTED_DEFAULTS = {
     "generate_config": dict(
         max_prompt_length=512, max_tokens=256, min_tokens=0, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
         repetition_penalty=1.0, stop_token_ids=[], infer_tensor_parallel_size=1,
-        infer_data_parallel_size=None, micro_batch_size=None, seed=None),
+        infer_data_parallel_size=None, max_num_seqs=None, micro_batch_size=None, seed=None),
     "data": dict(path="train.mindrecord", shuffle=True, seed=1234, prompt_key="prompt_ids",
                  label_key="labels", ptx_path=None),
     "logging": dict(log_dir="runs/cfg/<run_id>", name="cfg", run_id=None, jsonl=True, tensorboard=True, log_interval=1,
@@ -167,7 +167,7 @@ FULL = {
     "generate_config": dict(
         max_prompt_length=256, max_tokens=128, min_tokens=4, do_sample=True, temperature=0.7, top_k=50,
         top_p=0.9, repetition_penalty=1.1, stop_token_ids=[7, 8], infer_tensor_parallel_size=2,
-        infer_data_parallel_size=4, micro_batch_size=16, seed=5),
+        infer_data_parallel_size=4, max_num_seqs=16, micro_batch_size=16, seed=5),
     "data": dict(path="train.mindrecord", shuffle=False, seed=7, prompt_key="p", label_key="y",
                  ptx_path="train.mindrecord"),
     "logging": dict(log_dir="logs/<name>/<run_id>", name="exp1", run_id="x", jsonl=False, tensorboard=False,
@@ -394,6 +394,10 @@ def test_unknown_key_inside_alias_container(ws):
     ({"generate_config": {"min_tokens": 300}}, "generate_config.min_tokens", ["max_tokens = 256"]),
     ({"generate_config": {"micro_batch_size": 2}, "rl_config": {"n_samples_per_prompt": 4}},
      "generate_config.micro_batch_size", ["cannot hold one prompt's", "n_samples_per_prompt = 4", "at least 4"]),
+    ({"generate_config": {"max_num_seqs": 2}, "rl_config": {"n_samples_per_prompt": 4}},
+     "generate_config.max_num_seqs", ["cannot hold one prompt's", "at least 4"]),
+    ({"generate_config": {"max_num_seqs": 16, "micro_batch_size": 8}},
+     "generate_config.micro_batch_size", ["differs from max_num_seqs = 16", "set one of them"]),
     # files
     ({"actor_config": {"model": "model_configs/nope.yaml"}}, "actor_config.model",
      ["not found", "'model_configs/nope.yaml'", "resolved against"]),

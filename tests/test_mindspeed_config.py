@@ -275,7 +275,7 @@ def test_mindspeed_keys_in_a_mindrl_file_keep_their_meaning_without_its_defaults
     cfg = load_train_config("cfg.yaml", check_paths=False)
     rl, gen = cfg.rl_config, cfg.generate_config
     assert (rl.kl_coef, rl.ppo_epochs, rl.micro_batch_size, cfg.ref.ref_model_load_path) == (0.02, 2, 4, "ref")
-    assert (gen.top_k, gen.temperature, gen.micro_batch_size, gen.max_tokens) == (0, 0.7, 16, 256)  # mindrl default
+    assert (gen.top_k, gen.temperature, gen.max_num_seqs, gen.max_tokens) == (0, 0.7, 16, 256)  # mindrl default
     assert rl.n_samples_per_prompt == 8 and rl.loss_agg_mode == "token-mean"  # mindrl's defaults, not MindSpeed-RL's
     data["rl_config"]["token_level_loss"] = True
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(data))

@@ -77,7 +77,8 @@ def test_kv_cache_decode_logits_equal_full_recompute(hf_models, rng):
     step_logits = prefill
     for step in range(5):
         nxt = step_logits.argmax(-1).astype(np.int32)
-        step_logits = gen.decode_cell(Tensor(nxt), Tensor(16 + step, ms.int32), Tensor(np.zeros(4, np.int32))).asnumpy()
+        step_logits = gen.decode_cell(Tensor(nxt), Tensor(np.full(4, 16 + step, np.int32)),
+                                      Tensor(np.zeros(4, np.int32))).asnumpy()
         seq = np.concatenate([seq, nxt[:, None]], 1)
         assert rel_err(step_logits, model.logits(seq)[:, -1]) <= 1e-5
 

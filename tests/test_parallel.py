@@ -71,25 +71,36 @@ def grpo_overrides(d, run):
         "actor_config.save": str(d / run / "ckpt"), "actor_config.save_interval": 1}))
 
 
-def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path):
-    d = grpo_dir
+# a slot pool smaller than the batch (continuous batching), rounds of 2 tokens (partial rollout), TIS, and stop ids
+# that end the tiny policy's responses at varied lengths
+ROLLOUT_FEATURES = ["generate_config.max_num_seqs=8", "rl_config.partial_rollout_max_split=3", "rl_config.tis_cap=2.0",
+                    "generate_config.max_tokens=6",
+                    "generate_config.stop_token_ids=[" + ",".join(str(t) for t in range(20, 60)) + "]"]
+
+
+@pytest.mark.parametrize("features", [[], ROLLOUT_FEATURES], ids=["plain", "rollout_features"])
+def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path, features):
+    d, tag = grpo_dir, "_features" if features else ""
     env = dict(os.environ, GLOG_v="3")
     single = subprocess.run([sys.executable, WORKER, "grpo", str(tmp_path / "single.json"), CONFIG]
-                            + grpo_overrides(d, "single"), cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=600)
+                            + grpo_overrides(d, "single" + tag) + features, cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
     assert single.returncode == 0, single.stderr[-3000:]
-    msrun([WORKER, "grpo", str(tmp_path / "par.json"), CONFIG] + grpo_overrides(d, "par")
+    msrun([WORKER, "grpo", str(tmp_path / "par.json"), CONFIG] + grpo_overrides(d, "par" + tag) + features
           + ["generate_config.infer_tensor_parallel_size=2", "actor_config.tensor_model_parallel_size=1"],
           str(tmp_path / "log"))
     a = json.loads((tmp_path / "single.json").read_text())
     b = json.loads((tmp_path / "par.json").read_text())
     assert a["grpo/score/mean"] == pytest.approx(b["grpo/score/mean"], rel=1e-6)   # identical rollouts
     assert a["actor/pg_loss"] != 0.0
+    if features:
+        assert a["rollout/rounds"] == b["rollout/rounds"] > 1 and a["response_length/mean"] < 6
+        assert a["actor/tis_ratio_mean"] == pytest.approx(b["actor/tis_ratio_mean"], rel=1e-6)
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
         assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
     from mindrl.models.weights import TensorSource
-    wa = TensorSource(str(d / "single" / "ckpt" / "iter_0000001"))
-    wb = TensorSource(str(d / "par" / "ckpt" / "iter_0000001"))
+    wa = TensorSource(str(d / ("single" + tag) / "ckpt" / "iter_0000001"))
+    wb = TensorSource(str(d / ("par" + tag) / "ckpt" / "iter_0000001"))
     init = TensorSource(str(d / "policy"))
     assert sorted(wa.names()) == sorted(wb.names())
     for name in wa.names():
@@ -98,7 +109,7 @@ def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path
     assert max(float(np.abs(wa.get(n) - init.get(n)).max()) for n in wa.names()) > 1e-5  # it did update
 
     # the 2-rank checkpoint carries per-rank shards and a strategy file that MindSpore can merge offline
-    par_ck = d / "par" / "ckpt" / "iter_0000001" / "policy"
+    par_ck = d / ("par" + tag) / "ckpt" / "iter_0000001" / "policy"
     assert (par_ck / "rank_checkpoints" / "rank_1" / "checkpoint_1.ckpt").exists()
     assert (par_ck / "strategy" / "train_policy_strategy" / "strategy_0.json").exists()
 

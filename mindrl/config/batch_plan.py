@@ -44,6 +44,7 @@ class BatchPlan:
     ref_micro_batch: Optional[int] = None
     reward_micro_batch: Optional[int] = None
     ptx_rows_per_update: Optional[int] = None   # PPO-ptx supervised rows per update (None: no PPO-ptx)
+    off_policy: bool = False       # partial rollout or TIS: the rollout's log-probs may be another policy's
 
     @property
     def responses(self) -> int:
@@ -82,8 +83,9 @@ class BatchPlan:
     @property
     def recompute_old_log_probs(self) -> bool:
         """The rollout's own log-probs are the old policy only while a step makes a single update (MindSpeed-RL
-        skips the old-log-prob pass on the same condition)."""
-        return self.updates > 1
+        skips the old-log-prob pass on the same condition) and were all sampled by this step's policy (no partial
+        rollout; TIS reads both)."""
+        return self.updates > 1 or self.off_policy
 
 
 def _layout(world: int, tp: int, dp: Optional[int], key: str, errors: list) -> StageLayout:
@@ -154,6 +156,11 @@ def plan_batches(cfg, world: int) -> BatchPlan:
                       f"{infer.dp} data-parallel replicas (world {world} / infer tp {infer.tp})")
     errors += [f"{key}: {why}" for key, why in
                update_split_errors(rl, critic, train.dp, critic_layout.dp if critic_layout else 1)]
+    if rl.partial_rollout_max_split > 1 and infer.dp > 1:
+        errors.append(f"rl_config.partial_rollout_max_split: {rl.partial_rollout_max_split} needs a single rollout "
+                      f"replica (the paused responses are kept by one replica and saved with its state), and this "
+                      f"run has {infer.dp} (world {world} / infer tp {infer.tp}); set "
+                      f"generate_config.infer_tensor_parallel_size to {world}, or 1 to turn partial rollout off")
     ptx_rows = mini if rl.pretrain_coef > 0 else None  # a step's SFT rows, split like its prompts
     if errors:
         raise ConfigError("\n".join(errors), errors)
@@ -163,7 +170,8 @@ def plan_batches(cfg, world: int) -> BatchPlan:
         max_gen_batches=rl.max_num_gen_batches if rl.dynamic_sampling else 1, prompts_per_update=mini,
         epochs=rl.ppo_epochs, train=train, infer=infer, micro_batch=rl.micro_batch_size, shuffle=rl.shuffle_minibatch,
         logprob_micro_batch=rl.actor_forward_micro_batch_size or rl.micro_batch_size,
-        rollout_batch=min(gen.micro_batch_size or per_replica, per_replica), critic=critic_layout, reward=reward_layout,
+        rollout_batch=min(gen.max_num_seqs or per_replica, per_replica), critic=critic_layout, reward=reward_layout,
         critic_micro_batch=None if critic is None else critic.micro_batch_size,
         ref_micro_batch=(rl.ref_forward_micro_batch_size or rl.micro_batch_size) if rl.kl_coef > 0 else None,
-        reward_micro_batch=None if rm is None else rm.micro_batch_size, ptx_rows_per_update=ptx_rows)
+        reward_micro_batch=None if rm is None else rm.micro_batch_size, ptx_rows_per_update=ptx_rows,
+        off_policy=rl.partial_rollout_max_split > 1 or rl.tis_cap is not None)

@@ -235,8 +235,9 @@ RL: dict = {
     "colocate_actor_and_vit": Rule(ok=(False,), why="mindrl's models are text-only"),
     "use_remove_padding": Rule(any=True, why=_PERF),
     "use_dynamic_bsz": Rule(ok=(False,), why="mindrl's micro-batches hold a fixed number of responses"),
-    "partial_rollout_max_split": Rule(ok=(1,), why="mindrl finishes every response within its step"),
-    "require_max_age_all_finished": Rule(any=True, why="only partial rollouts read it"),
+    "partial_rollout_max_split": Rule(to="rl_config.partial_rollout_max_split", default=1),
+    "require_max_age_all_finished": Rule(ok=(True,), default=True,
+                                         why="mindrl ends every response by its partial_rollout_max_split-th round"),
     "multi_turn_enable": Rule(ok=(False,), why="mindrl's rollout is single-turn"),
     "share_backbone": Rule(ok=(False,), why="mindrl's critic has its own backbone"),
     # DAPO (stage ray_dapo; in a mindrl file these are refused with the mindrl key to use, STAGE_KEYS)
@@ -281,7 +282,7 @@ GENERATE: dict = {
     "enable_expert_parallel": Rule(ok=(False,), why="mindrl's models have no experts"),
     "data_parallel_size": Rule(to="generate_config.infer_data_parallel_size"),
     "micro_batch_size": Rule(to="generate_config.micro_batch_size"),
-    "max_num_seqs": Rule(to="generate_config.micro_batch_size", why="at most this many responses decode at once"),
+    "max_num_seqs": Rule(to="generate_config.max_num_seqs"),
     "max_model_len": Rule(any=True, why="checked: the prompt and response lengths must fit in it", default=2048),
     "tokenizer_name_or_path": Rule(any=True, why="checked: the rollout uses actor_config's tokenizer"),
     "trust_remote_code": Rule(any=True, why="checked: mindrl builds its own models and runs no code from a model "

@@ -251,6 +251,13 @@ class RolloutPlan:
     dynamic_sampling_metric: Optional[str]   # None: the sequence score before the reward model
     mask_truncated: bool               # truncated responses get no loss (mask_truncated_completions)
     pad_to_multiple_of: int = 0        # the training widths: 0 = powers of two, n = multiples of n
+    max_split: int = 1                 # partial rollout: rounds the longest response may take (1 = off)
+    tis_cap: Optional[float] = None    # truncated importance sampling of the policy loss (None = off)
+
+    @property
+    def round_tokens(self) -> int:
+        """New tokens a response gets per rollout round."""
+        return -(-self.max_tokens // self.max_split)
 
 
 @dataclass(frozen=True)
@@ -327,7 +334,7 @@ def plan_rollout(cfg) -> RolloutPlan:
         d.ptx_path if rl.pretrain_coef > 0 else None, gen.max_prompt_length, gen.max_tokens, gen.min_tokens,
         gen.do_sample, gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty, tuple(gen.stop_token_ids),
         gen.seed, rl.dynamic_sampling, rl.dynamic_sampling_metric,
-        rl.mask_truncated_completions, rl.pad_to_multiple_of)
+        rl.mask_truncated_completions, rl.pad_to_multiple_of, rl.partial_rollout_max_split, rl.tis_cap)
 
 
 # -- the schedule and the held-out set ---------------------------------------------------------------------------------
@@ -442,9 +449,17 @@ class RunPlan:
             out.append(f"  generation: batches of {b.gen_prompts} prompts, {limit} per step, until {b.prompts} "
                        f"prompts have rewards that differ within their group (dynamic sampling)")
         share = b.gen_responses_per_replica
-        decode = f"{b.rollout_batch} at a time" if b.rollout_batch < share else "all at once"
+        decode = f"{b.rollout_batch} at a time (a finished response's slot takes the next prompt's sample)" \
+            if b.rollout_batch < share else "all at once"
         out.append(f"  rollout: layout {b.infer.text()}, {share} responses per replica and generation batch, "
                    f"decoded {decode}")
+        ro = self.rollout
+        if ro is not None and ro.max_split > 1:
+            out.append(f"  partial rollout: at most {ro.round_tokens} new tokens per response and round, "
+                       f"{ro.max_split} rounds at most; responses still going wait for the next round (the next "
+                       f"step's when this step has its {b.prompts} groups)")
+        if ro is not None and ro.tis_cap is not None:
+            out.append(f"  policy loss: each token weighted by min(exp(old - rollout log-prob), {ro.tis_cap:g}) (TIS)")
         out.append(f"  actor: {b.updates} optimizer update{'s' if b.updates != 1 else ''} per step = {b.epochs} "
                    f"epoch{'s' if b.epochs != 1 else ''} x {b.prompts} prompts / {b.prompts_per_update} prompts "
                    f"per update ({b.responses_per_update} responses)")
@@ -456,7 +471,8 @@ class RunPlan:
             out.append(f"  critic: {_count(b.updates, 'optimizer update')} per step; layout {b.critic.text()}: per rank "
                        f"{_count(b.critic_micro_batches_per_update, 'micro-batch')} of "
                        f"{_count(b.critic_micro_batch, 'response')} per update")
-        old = ("recomputed before the updates (more than one update per step)" if b.recompute_old_log_probs
+        why = "more than one update per step" if b.updates > 1 else "the rollout's may be an older policy's"
+        old = (f"recomputed before the updates ({why})" if b.recompute_old_log_probs
                else "the rollout's own (a single update per step)")
         out.append(f"  old log-probs: {old}; log-prob passes in micro-batches of {b.logprob_micro_batch}"
                    + (f", the reference's of {b.ref_micro_batch}" if b.ref_micro_batch else ""))
@@ -506,7 +522,8 @@ _PLAN_KEYS = ("actor_config.model", "actor_config.load", "actor_config.finetune"
               "rl_config.mini_batch_size", "rl_config.ppo_epochs", "rl_config.micro_batch_size",
               "rl_config.actor_forward_micro_batch_size", "rl_config.ref_forward_micro_batch_size",
               "rl_config.max_num_gen_batches", "actor_config.tensor_model_parallel_size",
-              "generate_config.infer_tensor_parallel_size", "generate_config.micro_batch_size",
+              "generate_config.infer_tensor_parallel_size", "generate_config.max_num_seqs",
+              "generate_config.micro_batch_size",
               "critic_config.tensor_model_parallel_size", "critic_config.micro_batch_size")
 
 

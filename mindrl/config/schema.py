@@ -113,6 +113,14 @@ class RLConfig:
     gen_batch_size: int | None = _opt(None, ge=1, help="prompts per generation batch with dynamic sampling; null = "
                                       "global_batch_size")
     max_num_gen_batches: int = _opt(4, ge=0, help="generation batches per step incl. the first; 0 = no limit")
+    partial_rollout_max_split: int = _opt(1, ge=1, help="MindSpeed-RL's partial rollout: a rollout round gives each "
+                                          "response at most ceil(generate_config.max_tokens / n) new tokens; the "
+                                          "ones still going are paused and resumed in the next round (re-prefilled "
+                                          "by the policy of then), which may be the next step's; a step trains on "
+                                          "groups whose responses all ended; 1 = off")
+    tis_cap: float | None = _opt(None, gt=0.0, help="truncated importance sampling (TIS): each token's policy loss is "
+                                 "weighted by min(exp(old_log_prob - rollout_log_prob), tis_cap), for tokens sampled "
+                                 "by an older policy (partial rollout) or with other numerics; null = off")
     overlong_buffer_len: int = _opt(0, ge=0, help="soft overlong penalty window in tokens; 0 = off")
     overlong_penalty_factor: float = _opt(1.0, ge=0.0, help="maximum soft overlong penalty")
     mask_truncated_completions: bool = _opt(False, help="exclude truncated responses from the loss")
@@ -236,8 +244,11 @@ class GenerateConfig:
     stop_token_ids: list[int] = _opt(factory=list, ge=0, help="extra stop tokens besides EOS")
     infer_tensor_parallel_size: int = _opt(1, ge=1, help="tensor parallel degree for rollout")
     infer_data_parallel_size: int | None = _opt(None, ge=1, help="null = derived from world size")
-    micro_batch_size: int | None = _opt(None, ge=1, help="responses decoded at once per rollout replica; null = "
-                                        "all of its share")
+    max_num_seqs: int | None = _opt(None, ge=1, derived=True,
+                                    help="decode slots per rollout replica: at most this many responses decode at "
+                                    "once, and a finished response's slot takes the next prompt's sample "
+                                    "(continuous batching); null = micro_batch_size, or all of its share")
+    micro_batch_size: int | None = _opt(None, ge=1, help="the older name of max_num_seqs (set one of the two)")
     seed: int | None = _opt(None, ge=0, lt=2**32, help="seed of the rollout's sampling; null = runtime.seed")
 
 

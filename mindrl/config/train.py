@@ -68,6 +68,9 @@ def _resolve_defaults(cfg: TrainConfig, explicit: set[str], name: str) -> None:
         cfg.reward_config.micro_batch_size = rl.micro_batch_size
     if cfg.data.seed is None:
         cfg.data.seed = cfg.runtime.seed
+    gen = cfg.generate_config
+    if gen.max_num_seqs is None:
+        gen.max_num_seqs = gen.micro_batch_size
     if cfg.eval.max_tokens is None and cfg.eval.path is not None:
         cfg.eval.max_tokens = cfg.generate_config.max_tokens
     if cfg.logging.name is None:
@@ -329,11 +332,24 @@ def _check_generation(r: "_Rules") -> None:
                                                    f"the same response; set rl_config.n_samples_per_prompt: 1")
         for key in ("temperature", "top_k", "top_p"):
             r.inert(f"generate_config.{key}", "a greedy rollout (generate_config.do_sample: false) does not sample")
-    if gen.micro_batch_size is not None and gen.micro_batch_size < rl.n_samples_per_prompt:
-        r.err.add("generate_config.micro_batch_size",
-                  f"{gen.micro_batch_size} responses decoded at once cannot hold one prompt's "
+    slots = "generate_config.micro_batch_size" if "generate_config.max_num_seqs" not in r.explicit else \
+        "generate_config.max_num_seqs"
+    if "generate_config.micro_batch_size" in r.explicit and gen.micro_batch_size != gen.max_num_seqs:
+        r.err.add("generate_config.micro_batch_size", f"{gen.micro_batch_size} differs from max_num_seqs = "
+                                                      f"{gen.max_num_seqs}: both name the rollout's decode slots; "
+                                                      f"set one of them")
+    elif gen.max_num_seqs is not None and gen.max_num_seqs < rl.n_samples_per_prompt:
+        r.err.add(slots,
+                  f"{gen.max_num_seqs} responses decoded at once cannot hold one prompt's "
                   f"rl_config.n_samples_per_prompt = {rl.n_samples_per_prompt} (a prompt's samples are decoded "
                   f"together, sharing its prefill); set it to at least {rl.n_samples_per_prompt}")
+    if rl.partial_rollout_max_split > gen.max_tokens:
+        r.err.add("rl_config.partial_rollout_max_split", f"{rl.partial_rollout_max_split} rounds of at least one token "
+                                                         f"each exceed generate_config.max_tokens = {gen.max_tokens}")
+    if rl.partial_rollout_max_split > 1 and rl.dynamic_sampling:
+        r.err.add("rl_config.partial_rollout_max_split", "cannot be combined with rl_config.dynamic_sampling: a "
+                                                         "step's groups come from rounds, not from generation "
+                                                         "batches to filter; set one of them")
     if gen.min_tokens > gen.max_tokens:
         r.err.add("generate_config.min_tokens",
                   f"{gen.min_tokens} is larger than max_tokens = {gen.max_tokens}")

@@ -448,11 +448,13 @@ class CausalLM(nn.Cell):
         return self.full_logits(h, head_t).squeeze(1)
 
     def decode(self, tokens, pos, start, k_caches, v_caches, head_t=None):
-        """tokens [b] at cache slot `pos` (0-d int32); `start` [b] = first real slot of each row."""
+        """tokens [b], each at its row's cache slot `pos` [b] int32; `start` [b] = first real slot of each row.
+        Rows keep their own positions, so a row can start decoding while others are midway (continuous batching)."""
         bb = self.model
         b = tokens.shape[0]
         length = k_caches[0].shape[2]
-        cos, sin = bb._rope(ops.relu(pos - start).reshape(b, 1))
+        pos = pos.reshape(b, 1)
+        cos, sin = bb._rope(ops.relu(pos - start.reshape(b, 1)))
         rope = rope_matrices(cos.reshape(b, -1), sin.reshape(b, -1), bb.rot, bb.q_scale)
         slots = ops.arange(length).astype(ms.int32).reshape(1, length)
         valid = ops.logical_and(slots >= start.reshape(b, 1), slots <= pos)
@@ -462,7 +464,7 @@ class CausalLM(nn.Cell):
         kv = ops.arange(k_caches[0].shape[1]).astype(ms.int32).reshape(1, -1, 1)
         write_idx = ops.concat((ops.broadcast_to(rows, (b, kv.shape[1], 1)),
                                 ops.broadcast_to(kv, (b, kv.shape[1], 1)),
-                                ops.broadcast_to(pos.reshape(1, 1, 1), (b, kv.shape[1], 1))), -1)
+                                ops.broadcast_to(pos.reshape(b, 1, 1), (b, kv.shape[1], 1))), -1)
         h = bb._embed(tokens.reshape(b, 1))
         for i, layer in enumerate(bb.layers):
             h = layer.decode(h, rope, add_mask, k_caches[i], v_caches[i], write_idx)

@@ -1,11 +1,17 @@
-"""KV-cache generation with static shapes: one prefill graph per (batch, prompt bucket), one decode graph
-per batch bucket, all compiled once and reused step after step.
+"""KV-cache generation with static shapes: one prefill graph per prompt bucket, one decode graph per batch
+bucket, all compiled once and reused step after step.
 
 Where the speed comes from (see docs/rollout.md):
-- GRPO's n samples of one prompt share its prefill: the prompt is run once and its cache rows are copied n times.
-- Finished rows stop costing compute: when the live rows fit a smaller batch bucket, they are compacted into
-  the first rows of the cache and the smaller decode graph runs.
+- A fixed pool of decode slots (``max_batch``, generate_config.max_num_seqs) is fed from a queue of requests:
+  when rows finish, their slots take the next prompts (continuous batching), so a short response never leaves a
+  slot idle while the batch's longest one decodes. Every row keeps its own cache position, so rows admitted later
+  decode in the same graph call as rows midway through.
+- GRPO's n samples of one prompt share its prefill: the prompt is run once and its cache row is copied n times.
+- Finished rows stop costing compute: once the queue is empty and the live rows fit a smaller batch bucket, they
+  are compacted into the first rows of the cache and the smaller decode graph runs.
 - The cache is preallocated Parameters written in place (one ScatterNdUpdate of the new token's K/V).
+- A request can be a paused response (partial rollout): its prefix is prompt + the tokens so far, re-prefilled
+  with the current weights, and it continues where it stopped.
 """
 from __future__ import annotations
 
@@ -105,22 +111,39 @@ def _bucket(value: int, buckets: Sequence[int]) -> int:
     raise ValueError(f"length {value} exceeds the largest bucket {buckets[-1]}")
 
 
-class Generator:
-    """Owns the cache and compiled graphs for one model; call :meth:`generate` many times.
+@dataclass
+class Request:
+    """A prefix to continue: a prompt whose ``n`` samples share one prefill, or a paused response (partial
+    rollout) whose prefix is its prompt and the tokens it has so far (``done_before`` of them: min_tokens counts
+    from the response's start). ``max_new``: new tokens at most this time; None = the sampling's max_tokens."""
+    prefix: List[int]
+    n: int = 1
+    max_new: Optional[int] = None
+    done_before: int = 0
 
-    max_batch: rows decoded together (prompts x n samples). prompt_buckets: padded prompt lengths.
+
+class Generator:
+    """Owns the cache and compiled graphs for one model; call :meth:`generate` (or :meth:`run`) many times.
+
+    max_batch: decode slots (rows decoded together). prompt_buckets: padded prompt lengths. A generator that also
+    resumes paused responses (partial rollout) takes prefixes up to ``resume_prefix_len`` tokens, each continued by
+    at most ``resume_new_tokens``: the cache is long enough for either kind of request.
     """
 
     def __init__(self, lm, max_batch: int, max_prompt_len: int, max_new_tokens: int,
                  prompt_buckets: Optional[Sequence[int]] = None, min_decode_bucket: int = 4, pad_id: int = 0,
-                 static_prompt_shape: bool = False):
+                 static_prompt_shape: bool = False, resume_prefix_len: int = 0, resume_new_tokens: int = 0):
         self.lm = lm
         self.max_batch = int(max_batch)
         self.max_new_tokens = int(max_new_tokens)
-        self.prompt_buckets = sorted(prompt_buckets or _default_buckets(max_prompt_len))
-        if self.prompt_buckets[-1] < max_prompt_len:
-            self.prompt_buckets.append(max_prompt_len)
-        self.length = self.prompt_buckets[-1] + self.max_new_tokens
+        self.max_prompt_len = int(max_prompt_len)
+        longest = max(self.max_prompt_len, int(resume_prefix_len))
+        self.prompt_buckets = sorted(prompt_buckets or _default_buckets(longest))
+        if self.prompt_buckets[-1] < longest:
+            self.prompt_buckets.append(longest)
+        self.resume_new_tokens = int(resume_new_tokens)
+        self.length = max(_bucket(self.max_prompt_len, self.prompt_buckets) + self.max_new_tokens,
+                          self.prompt_buckets[-1] + self.resume_new_tokens)
         self.cache = _Cache(lm, self.max_batch, self.length)
         self.prefill_cell = _Prefill(lm, self.cache)
         self.decode_cell = _Decode(lm, self.cache)
@@ -135,106 +158,186 @@ class Generator:
                 break
             b = max(min_decode_bucket, (b + 1) // 2)
         self.decode_buckets.sort()
+        self.last_stats: dict = {}
 
-    def warmup(self, bucket: int):
-        """Compile (and run once on dummy data) the graphs of one decode bucket; the largest bucket also
-        compiles the prefill. Used to fix the compile order for the compile cache and strategy export."""
+    def warmup(self, bucket: int, n: int = 1):
+        """Compile (and run once on dummy data) the graphs of one decode bucket; the largest bucket also compiles
+        the prefill (its row count is the prompts of n samples the pool holds). Used to fix the compile order for
+        the compile cache and strategy export."""
         if bucket == self.decode_buckets[-1]:
             if self.refresh_head is not None:
                 self.refresh_head()
-            s = self.prompt_buckets[-1]
-            rows = self.max_batch
+            s = _bucket(self.max_prompt_len, self.prompt_buckets) if self.static_prompt_shape else \
+                self.prompt_buckets[-1]
+            rows = max(1, self.max_batch // n)
             self.prefill_cell(Tensor(np.full((rows, s), self.pad_id, np.int32)), Tensor(np.ones((rows, s), np.int32)),
                               Tensor(np.arange(rows, dtype=np.int32).reshape(rows, 1)))
-        self._reorder(np.arange(bucket, dtype=np.int32), bucket)
-        self.decode_cell(Tensor(np.full(bucket, self.pad_id, np.int32)), Tensor(self.prompt_buckets[-1], ms.int32),
+        self._reorder(list(range(bucket)), list(range(bucket)))
+        self.decode_cell(Tensor(np.full(bucket, self.pad_id, np.int32)), Tensor(np.zeros(bucket, np.int32)),
                          Tensor(np.zeros(bucket, np.int32)))
 
-    def _reorder(self, src_rows, size):
+    def _reorder(self, src_rows, dest_rows):
+        """cache[dest] = cache[src], padded to a decode bucket by repeating the last pair (same source, same
+        value: a repeated destination is harmless)."""
+        size = _bucket(len(src_rows), self.decode_buckets)
         idx = np.full(size, src_rows[-1], np.int32)
         idx[:len(src_rows)] = src_rows
-        dest = np.arange(size, dtype=np.int32).reshape(size, 1)
-        self.reorder_cell(Tensor(idx), Tensor(dest))
+        dest = np.full(size, dest_rows[-1], np.int32)
+        dest[:len(dest_rows)] = dest_rows
+        self.reorder_cell(Tensor(idx), Tensor(dest.reshape(size, 1)))
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int = 0) -> RolloutOutput:
-        n = params.n
-        if n > self.max_batch:
-            raise ValueError(f"n={n} samples per prompt exceeds the generator's max_batch={self.max_batch}")
-        per_chunk = self.max_batch // n
+        """``params.n`` samples of every prompt, prompt-major."""
+        return self.run([Request(list(p), params.n) for p in prompts], params, seed)
+
+    def run(self, requests: Sequence[Request], params: SamplingParams, seed: int = 0) -> RolloutOutput:
+        """Every request's samples, request-major (request i's are rows i*n .. i*n+n-1 when all have n samples).
+
+        Rows are sampled in sequence order, one uniform number each per step: when the pool holds every
+        request at once, the draws are those of a cacheless step-by-step generation (tests/test_continuous_batching.py)."""
+        requests = [Request(list(r.prefix), r.n, params.max_tokens if r.max_new is None else r.max_new,
+                            r.done_before) for r in requests]
+        for r in requests:
+            if not r.prefix:
+                raise ValueError("empty prompt: every prompt needs at least one token")
+            if r.n > self.max_batch:
+                raise ValueError(f"n={r.n} samples per prompt exceeds the generator's max_batch={self.max_batch}")
+            if not 1 <= r.max_new <= self.max_new_tokens:
+                raise ValueError(f"max_new={r.max_new} outside [1, {self.max_new_tokens}]")
         if self.refresh_head is not None:  # the weights may have changed since the last call (a training step)
             self.refresh_head()
         sampler = Sampler(params, self.lm.config.vocab_size, seed)
-        tokens, logps, finished, pindex = [], [], [], []
-        stats = {"decode_steps": 0, "decoded_rows": 0, "prefill_tokens": 0}
-        for c0 in range(0, len(prompts), per_chunk):
-            chunk = [list(p) for p in prompts[c0:c0 + per_chunk]]
-            t, lp, fin = self._generate_chunk(chunk, params, sampler, stats)
-            tokens += t
-            logps += lp
-            finished += fin
-            pindex += [c0 + i for i in range(len(chunk)) for _ in range(n)]
-        return RolloutOutput(np.array(pindex, np.int64), tokens, logps, np.array(finished, bool), stats)
-
-    def _generate_chunk(self, prompts, params: SamplingParams, sampler: "Sampler", stats):
-        n, per_chunk = params.n, self.max_batch // params.n
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("empty prompt: every prompt needs at least one token")
-        longest = max(len(p) for p in prompts)
-        s = self.prompt_buckets[-1] if self.static_prompt_shape else _bucket(longest, self.prompt_buckets)
-        rows = per_chunk  # prefill a fixed row count so one graph serves every chunk
-        ids = np.full((rows, s), self.pad_id, np.int32)
-        mask = np.zeros((rows, s), np.int32)
-        for i in range(rows):
-            p = prompts[min(i, len(prompts) - 1)]
-            ids[i, s - len(p):] = p
-            mask[i, s - len(p):] = 1
-        start = (s - mask.sum(1)).astype(np.int32)
-        logits = self.prefill_cell(Tensor(ids), Tensor(mask), Tensor(np.arange(rows, dtype=np.int32).reshape(rows, 1)))
-        stats["prefill_tokens"] += int(mask[:len(prompts)].sum())
-        logits = np.repeat(logits.asnumpy()[:len(prompts)], n, axis=0)
-        live = len(prompts) * n
-        if n > 1:  # share the prefill: copy each prompt's cache row to its n sample rows
-            self._reorder(np.repeat(np.arange(len(prompts), dtype=np.int32), n), _bucket(live, self.decode_buckets))
-        start = np.repeat(start[:len(prompts)], n)
-        history = [list(prompts[i // n]) for i in range(live)]
-        out_tok = [[] for _ in range(live)]
-        out_lp = [[] for _ in range(live)]
-        done = np.zeros(live, bool)
-        stopped = np.zeros(live, bool)
-        slot_of = np.arange(live)            # sequence -> cache row
-        alive = np.arange(live)              # sequences still decoding, in cache-row order
-        for step in range(self.max_new_tokens):
-            tok, lp = sampler.sample(logits, [history[i] for i in alive], step)
-            for j, seq in enumerate(alive):
+        first = np.cumsum([0] + [r.n for r in requests])      # request i's sequences: first[i] .. first[i+1]-1
+        total = int(first[-1])
+        req_of = np.repeat(np.arange(len(requests)), [r.n for r in requests])
+        history = [list(requests[q].prefix) for q in req_of]
+        out_tok = [[] for _ in range(total)]
+        out_lp = [[] for _ in range(total)]
+        stopped = np.zeros(total, bool)
+        # the prefill graph takes a fixed row count: as many prompts as the pool holds at n samples each
+        rows = max(1, self.max_batch // params.n)
+        pool = _Pool(self.max_batch)
+        pending = {}                   # sequence -> its next-token logits, waiting to be sampled
+        queue = list(range(len(requests)))[::-1]  # a stack: pop() takes the next request
+        stats = {"decode_steps": 0, "decoded_rows": 0, "prefill_tokens": 0, "admissions": 0}
+        bucket = self.max_batch
+        while True:
+            if queue and requests[queue[-1]].n <= pool.free_count():
+                taken = []
+                while queue and len(taken) < rows and requests[queue[-1]].n <= pool.free_count() - \
+                        sum(requests[q].n for q in taken):
+                    taken.append(queue.pop())
+                logits = self._admit([requests[q] for q in taken], [range(first[q], first[q + 1]) for q in taken],
+                                     pool, rows, stats)
+                for q, lg in zip(taken, logits):
+                    for seq in range(first[q], first[q + 1]):
+                        pending[seq] = lg
+                bucket = self.max_batch
+            if not pending:
+                break
+            seqs = sorted(pending)
+            steps = np.array([len(out_tok[q]) + requests[req_of[q]].done_before for q in seqs])
+            tok, lp = sampler.sample(np.stack([pending[q] for q in seqs]), [history[q] for q in seqs], steps)
+            pending.clear()
+            live = []
+            for j, seq in enumerate(seqs):
                 out_tok[seq].append(int(tok[j]))
                 out_lp[seq].append(lp[j])
                 history[seq].append(int(tok[j]))
-                if sampler.is_stop(int(tok[j]), step):
-                    done[seq] = stopped[seq] = True
-            if step == self.max_new_tokens - 1:
+                stopped[seq] = sampler.is_stop(int(tok[j]), int(steps[j]))
+                if stopped[seq] or len(out_tok[seq]) >= requests[req_of[seq]].max_new:
+                    pool.release(seq)
+                else:
+                    live.append(seq)
+            if not live:
+                if queue:
+                    continue
                 break
-            keep = ~done[alive]
-            if not keep.any():
-                break
-            alive_next = alive[keep]
-            bucket = _bucket(len(alive_next), self.decode_buckets)
-            current = _bucket(len(alive), self.decode_buckets)
-            feed = tok[keep]
-            if bucket < current:
-                self._reorder(slot_of[alive_next].astype(np.int32), bucket)
-                slot_of[alive_next] = np.arange(len(alive_next))
-            elif not keep.all():
-                pass  # rows stay where they are; finished ones are decoded until the next compaction
-            alive = alive_next
-            rows_tokens = np.full(bucket, self.pad_id, np.int32)
-            rows_start = np.zeros(bucket, np.int32)
-            rows_tokens[slot_of[alive]] = feed
-            rows_start[slot_of[alive]] = start[alive]
-            out = self.decode_cell(Tensor(rows_tokens), Tensor(s + step, ms.int32), Tensor(rows_start))
-            logits = out.asnumpy()[slot_of[alive]]
+            if not queue:  # nothing left to admit: shrink to the smallest bucket the live rows fit
+                smaller = _bucket(len(live), self.decode_buckets)
+                if smaller < bucket:
+                    if max(pool.slot[q] for q in live) >= smaller:
+                        self._reorder([pool.slot[q] for q in live], list(range(len(live))))
+                        pool.compact(live)
+                    bucket = smaller
+            feed = np.full(bucket, self.pad_id, np.int32)
+            slots = np.array([pool.slot[q] for q in live])
+            feed[slots] = [out_tok[q][-1] for q in live]
+            out = self.decode_cell(Tensor(feed), Tensor(pool.pos[:bucket]), Tensor(pool.start[:bucket]))
+            pool.pos[slots] += 1
+            logits = out.asnumpy()
+            for q, sl in zip(live, slots):
+                pending[q] = logits[sl]
             stats["decode_steps"] += 1
             stats["decoded_rows"] += bucket
-        return out_tok, [np.asarray(x, np.float32) for x in out_lp], list(stopped)
+        self.last_stats = stats
+        return RolloutOutput(req_of.astype(np.int64), out_tok, [np.asarray(x, np.float32) for x in out_lp],
+                             stopped, stats)
+
+    def _admit(self, reqs: List[Request], seqs, pool: "_Pool", rows: int, stats) -> list:
+        """Prefill ``reqs`` (at most ``rows``) into free slots, copy each one's cache row to its n samples' slots;
+        returns each request's next-token logits."""
+        longest = max(len(r.prefix) for r in reqs)
+        s = _bucket(longest, self.prompt_buckets)
+        if self.static_prompt_shape:  # one width for prompts, one for resumed prefixes
+            s = _bucket(self.max_prompt_len, self.prompt_buckets) if longest <= self.max_prompt_len else \
+                self.prompt_buckets[-1]
+        if s + max(r.max_new for r in reqs) > self.length:
+            raise ValueError(f"a {longest}-token prefix continued by {max(r.max_new for r in reqs)} tokens does "
+                             f"not fit the {self.length}-slot cache")
+        slots = [pool.take(list(q), s, s - len(r.prefix)) for r, q in zip(reqs, seqs)]
+        # rows beyond the requests (the graph's fixed row count) repeat the last prompt; they write where nothing
+        # is lost: a sample slot the copy below overwrites, a free slot, or (no other room) the last prompt's own
+        spare = [sl for group in slots for sl in group[1:]] + pool.free_slots()
+        dest = [group[0] for group in slots]
+        dest += [spare[i] if i < len(spare) else dest[-1] for i in range(rows - len(reqs))]
+        ids = np.full((rows, s), self.pad_id, np.int32)
+        mask = np.zeros((rows, s), np.int32)
+        for i in range(rows):
+            p = reqs[min(i, len(reqs) - 1)].prefix
+            ids[i, s - len(p):] = p
+            mask[i, s - len(p):] = 1
+        logits = self.prefill_cell(Tensor(ids), Tensor(mask), Tensor(np.array(dest, np.int32).reshape(rows, 1)))
+        copies = [(group[0], sl) for group in slots for sl in group[1:]]
+        if copies:  # share the prefill: each prompt's cache row goes to its other samples' rows
+            self._reorder([a for a, _ in copies], [b for _, b in copies])
+        stats["prefill_tokens"] += sum(len(r.prefix) for r in reqs)
+        stats["admissions"] += 1
+        return list(logits.asnumpy()[:len(reqs)])
+
+
+class _Pool:
+    """Which sequence holds which cache row, and each row's next write position and first real slot."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.slot = {}                                   # sequence -> row
+        self.pos = np.zeros(size, np.int32)              # where each row's next token's K/V goes
+        self.start = np.zeros(size, np.int32)            # each row's first real (unpadded) slot
+
+    def free_slots(self) -> List[int]:
+        used = set(self.slot.values())
+        return [i for i in range(self.size) if i not in used]
+
+    def free_count(self) -> int:
+        return self.size - len(self.slot)
+
+    def take(self, seqs: List[int], pos: int, start: int) -> List[int]:
+        rows = self.free_slots()[:len(seqs)]
+        for q, r in zip(seqs, rows):
+            self.slot[q] = r
+            self.pos[r], self.start[r] = pos, start
+        return rows
+
+    def release(self, seq: int) -> None:
+        self.slot.pop(seq, None)
+
+    def compact(self, live: List[int]) -> None:
+        """The live rows moved to rows 0 .. len(live)-1, in this order (Generator._reorder did the cache)."""
+        old = [self.slot[q] for q in live]
+        pos, start = self.pos[old].copy(), self.start[old].copy()
+        self.slot = {q: i for i, q in enumerate(live)}
+        self.pos[:len(live)], self.start[:len(live)] = pos, start
 
 
 def _default_buckets(max_len: int) -> List[int]:

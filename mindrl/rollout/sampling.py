@@ -73,8 +73,10 @@ class Sampler:
         work = logits.copy()
         if self.p.repetition_penalty != 1.0:
             self._penalise(work, histories)
-        if step < self.p.min_tokens and self.stop.size:
-            work[:, self.stop] = -np.inf
+        # step: tokens each row has produced so far (one int for all rows, or one per row)
+        early = np.flatnonzero(np.broadcast_to(np.asarray(step) < self.p.min_tokens, (len(work),)))
+        if early.size and self.stop.size:
+            work[np.ix_(early, self.stop)] = -np.inf
         if not self.p.do_sample:
             tokens = work.argmax(-1)
         else:

@@ -29,9 +29,9 @@ import numpy as np
 
 _ROW_FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "rollout_log_probs", "finished",
                "group", "rule_reward", "score", "loss_mask", "old_log_probs", "ref_log_probs", "values", "rm_score",
-               "reward", "token_rewards", "advantages", "returns")
+               "reward", "token_rewards", "advantages", "returns", "tis_weight")
 _TOKEN_FIELDS = ("response_ids", "response_mask", "rollout_log_probs", "loss_mask", "old_log_probs",
-                 "ref_log_probs", "values", "token_rewards", "advantages", "returns")
+                 "ref_log_probs", "values", "token_rewards", "advantages", "returns", "tis_weight")
 
 
 @dataclass
@@ -55,6 +55,7 @@ class Experience:
     token_rewards: Optional[np.ndarray] = None
     advantages: Optional[np.ndarray] = None
     returns: Optional[np.ndarray] = None
+    tis_weight: Optional[np.ndarray] = None   # rl_config.tis_cap: each token's policy-loss weight (algorithms/tis.py)
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod

@@ -14,9 +14,11 @@ import numpy as np
 
 from mindrl.algorithms.dapo import dynamic_sampling_keep_mask
 from mindrl.algorithms.sequence_reward import sequence_score
+from mindrl.algorithms.tis import tis_weights
 from mindrl.data.reader import PromptDataset, mindrecord_columns
 from mindrl.trainer.context import RunContext, seed_from
 from mindrl.trainer.experience import Experience
+from mindrl.trainer.partial_rollout import PartialRollout, flatten
 
 
 class ExperienceMaker:
@@ -36,11 +38,15 @@ class ExperienceMaker:
         self.sampling = run.sampling_params()
         self.draws = 0  # rollout batches drawn so far: the sampling seed of each is (run seed, draw, replica)
         self._it = None
+        # partial rollout: paused groups, and prompts read from the data but not started yet
+        self.partial = PartialRollout(ro.max_tokens, ro.round_tokens, run.plan.batch.samples_per_prompt) \
+            if ro.max_split > 1 else None
+        self._unstarted = []
 
     def make(self, timers) -> tuple:
         """(the global batch's Experience, rollout metrics)."""
         plan = self.run.plan
-        local, counts = self._sample(timers)
+        local, counts = self._sample(timers) if self.partial is None else self._sample_partial(timers)
         exp = self._exchange(local, counts)
         exp = exp.resized(*self.run.train_widths(exp), pad_id=self.run.pad_id)
         exp.loss_mask = exp.response_mask.copy()
@@ -51,6 +57,10 @@ class ExperienceMaker:
             # the rollout's log-probs are the old policy only for a single update per rollout
             with timers("old_log_p"):
                 exp.old_log_probs = self.policy.log_probs(exp)
+        tis = {}
+        if plan.rollout.tis_cap is not None:
+            exp.tis_weight, tis = tis_weights(exp.old_log_probs, exp.rollout_log_probs, exp.loss_mask,
+                                              plan.rollout.tis_cap)
         if self.reference is not None:
             with timers("reference_model"):
                 exp.ref_log_probs = self.reference.log_probs(exp)
@@ -62,7 +72,8 @@ class ExperienceMaker:
                 exp.rm_score = self.reward_model.score(exp)
         exp.score = sequence_score(exp.rule_reward, exp.response_lengths, plan.reward, exp.rm_score)
         # the rule rewards' failure counts always; the dapo/* ones only with dynamic sampling
-        return exp, {k: v for k, v in counts.items() if plan.rollout.dynamic_sampling or not k.startswith("dapo/")}
+        return exp, {**{k: v for k, v in counts.items() if plan.rollout.dynamic_sampling or not k.startswith("dapo/")},
+                     **tis}
 
     # -- sampling ------------------------------------------------------------------------------------
     def _next_prompts(self):
@@ -129,6 +140,42 @@ class ExperienceMaker:
                        "dapo/filled_groups": filled})
         return local, counts
 
+    def _sample_partial(self, timers):
+        """This replica's share of the global batch by partial rollout (partial_rollout.py): rounds until the
+        share's groups all ended, paused groups first, fresh prompts filling the rest."""
+        run, plan = self.run, self.run.plan
+        pr = self.partial
+
+        def generate(requests):  # one round: its own sampling stream
+            seed = seed_from(run.sampling_seed, self.draws, run.topo.infer.dp_rank)
+            self.draws += 1
+            with timers("rollout"):
+                return self.policy.continue_requests(requests, self.sampling, seed)
+
+        done, rounds = pr.batch(plan.batch.prompts // run.topo.infer.dp, self._take_prompts, generate)
+        prompts, tokens, log_probs, stopped, index, stale = flatten(done)
+        texts = [run.tokenizer.decode(t, skip_special_tokens=True) for t in tokens]
+        with timers("rule_reward"):
+            rew = self.rewards(texts, [done[i].label for i in index])
+        score = sequence_score(rew.scores, np.array([len(t) for t in tokens]), plan.reward)
+        ro = plan.rollout
+        local = Experience.from_rollout(prompts, tokens, log_probs, stopped, index, rew.scores, score,
+                                        rew.per_verifier, ro.max_prompt_length, ro.max_tokens, run.pad_id)
+        local.group = index
+        counts = rew.counts()
+        counts.update({"rollout/stale_fraction": stale / max(1, sum(len(t) for t in tokens)),
+                       "rollout/rounds": rounds, "rollout/paused_responses": pr.paused_responses(),
+                       "rollout/ready_groups": len(pr.ready)})
+        return local, counts
+
+    def _take_prompts(self, k: int) -> list:
+        """k (prompt, label) pairs, in data order."""
+        while len(self._unstarted) < k:
+            prompts, labels = self._next_prompts()
+            self._unstarted += list(zip(prompts, labels))
+        taken, self._unstarted = self._unstarted[:k], self._unstarted[k:]
+        return taken
+
     def _exchange(self, local: Experience, dapo: Dict[str, float]) -> Experience:
         """Every rank gets the global batch, in rollout-replica order."""
         run = self.run
@@ -143,8 +190,16 @@ class ExperienceMaker:
 
     # -- state ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"draws": self.draws, "data": self.dataset.state_dict()}
+        state = {"draws": self.draws, "data": self.dataset.state_dict()}
+        if self.partial is not None:
+            state["partial_rollout"] = {**self.partial.state_dict(),
+                                        "unstarted": [[list(map(int, p)), str(lab)] for p, lab in self._unstarted]}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.draws = int(state.get("draws", 0))
         self.dataset.load_state_dict(state["data"])
+        if self.partial is not None:
+            saved = state.get("partial_rollout", {})
+            self.partial.load_state_dict(saved)
+            self._unstarted = [([int(t) for t in p], str(lab)) for p, lab in saved.get("unstarted", [])]

@@ -35,9 +35,12 @@ class Policy(TrainedNetwork):
         self.resharder = Resharder(self.net, self.infer_net, topo.train.tp_context(), topo.infer.tp_context(),
                                    lora.scale if lora else 0.0)
         ro = plan.rollout
+        partial = ro.max_split > 1  # paused responses come back as prompt + their tokens so far
         self.generator = Generator(self.infer_net, max_batch=plan.batch.rollout_batch,
                                    max_prompt_len=ro.max_prompt_length, max_new_tokens=ro.max_tokens,
-                                   pad_id=run.pad_id, static_prompt_shape=run.static_shapes)
+                                   pad_id=run.pad_id, static_prompt_shape=run.static_shapes,
+                                   resume_prefix_len=ro.max_prompt_length + ro.max_tokens - ro.round_tokens
+                                   if partial else 0, resume_new_tokens=ro.round_tokens if partial else 0)
         loss = spec.loss
         self.loss_cell = ActorLossCell(self.net, ActorLoss(**dataclasses.asdict(loss)), ro.temperature,
                                        loss.entropy_coeff > 0)
@@ -49,6 +52,10 @@ class Policy(TrainedNetwork):
     def generate(self, prompts, sampling, seed: int):
         return self.generator.generate(prompts, sampling, seed=seed)
 
+    def continue_requests(self, requests, sampling, seed: int):
+        """Prompts and paused responses (rollout.generator.Request), for partial rollout."""
+        return self.generator.run(requests, sampling, seed=seed)
+
     def log_probs(self, exp) -> np.ndarray:
         """Log-probs of ``exp``'s response tokens under the current train weights, [N, R] on every rank."""
         return score_in_shares(self.scorer, exp, self.layout, self.run.exchange, self.spec.scoring_micro_batch)
@@ -59,7 +66,9 @@ class Policy(TrainedNetwork):
         if self.ptx is not None:
             self.ptx.begin_step()
         arrays = {"input_ids": exp.input_ids, "attention_mask": exp.attention_mask, "loss_mask": exp.loss_mask,
-                  "old_log_probs": exp.old_log_probs, "advantages": exp.advantages, "ref_log_probs": ref}
+                  "old_log_probs": exp.old_log_probs, "ref_log_probs": ref,
+                  # TIS weights a token's clipped loss; the loss is homogeneous in the advantage (algorithms/tis.py)
+                  "advantages": exp.advantages if exp.tis_weight is None else exp.advantages * exp.tis_weight}
         out = self._update(arrays, exp.loss_mask, step, extra_terms=[self.ptx] if self.ptx is not None else [])
         return {f"actor/{k}": v for k, v in out.items()}
 
@@ -74,7 +83,7 @@ class Policy(TrainedNetwork):
     def compile(self, prompt_width: int, response_width: int) -> None:
         """Prefill, every decode and reorder bucket, then the update and scoring graphs, always in this order."""
         for b in self.generator.decode_buckets:
-            self.generator.warmup(b)
+            self.generator.warmup(b, self.run.plan.batch.samples_per_prompt)
         self._compile_update(prompt_width, response_width)
         if self.ptx is not None:
             self.ptx.compile()

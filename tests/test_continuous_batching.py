@@ -1,0 +1,125 @@
+"""The generator's slot pool (continuous batching) and resumable requests (partial rollout), against a reference
+that generates without any cache: a full forward pass over each sequence at every step, sampled with the same
+seeded Sampler in the same row order."""
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from mindrl.models import from_pretrained  # noqa: E402
+from mindrl.rollout.generator import Generator, Request  # noqa: E402
+from mindrl.rollout.sampling import Sampler, SamplingParams  # noqa: E402
+
+from conftest import VOCAB  # noqa: E402
+
+
+def reference_generate(model, prompts, params, seed):
+    """No cache, no batching tricks: every live sequence is recomputed from scratch at every step. Rows are
+    sampled in sequence order (prompt-major), one uniform number each, as the generator does when its pool holds
+    the whole batch."""
+    sampler = Sampler(params, VOCAB, seed)
+    seqs = [list(p) for p in prompts for _ in range(params.n)]
+    out = [[] for _ in seqs]
+    lps = [[] for _ in seqs]
+    alive = list(range(len(seqs)))
+    for step in range(params.max_tokens):
+        logits = np.stack([model.logits(np.array([seqs[i] + out[i]], np.int32))[0, -1] for i in alive])
+        tok, lp = sampler.sample(logits, [seqs[i] + out[i] for i in alive], step)
+        for j, i in enumerate(alive):
+            out[i].append(int(tok[j]))
+            lps[i].append(float(lp[j]))
+        alive = [i for j, i in enumerate(alive) if not sampler.is_stop(int(tok[j]), step)]
+        if not alive:
+            break
+    return out, lps
+
+
+def full_log_probs(model, prompt, tokens, temperature=1.0):
+    seq = np.array([list(prompt) + list(tokens)], np.int32)
+    logits = model.logits(seq)[0, len(prompt) - 1:-1].astype(np.float64) / temperature
+    logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+    return logits[np.arange(len(tokens)), tokens] - logz
+
+
+@pytest.fixture(scope="module")
+def model(hf_models):
+    return from_pretrained(hf_models["qwen2"][0])
+
+
+def _prompts(rng, lengths):
+    return [list(map(int, rng.integers(3, VOCAB, size=n))) for n in lengths]
+
+
+def _stop_ids(model, prompts, n_new=6):
+    """Two tokens the model is likely to emit early (its greedy picks), so responses end at varied lengths."""
+    firsts = [int(model.logits(np.array([p], np.int32))[0, -1].argmax()) for p in prompts]
+    return sorted(set(firsts))[:2]
+
+
+def test_pool_holding_the_batch_samples_what_the_cacheless_reference_samples(model, rng):
+    prompts = _prompts(rng, (5, 9, 7))
+    params = SamplingParams(n=4, max_tokens=10, temperature=0.9, top_k=40, stop_token_ids=_stop_ids(model, prompts))
+    gen = Generator(model.net, max_batch=12, max_prompt_len=16, max_new_tokens=10)
+    out = gen.generate(prompts, params, seed=11)
+    ref_tok, ref_lp = reference_generate(model, prompts, params, seed=11)
+    assert out.tokens == ref_tok
+    assert len({len(t) for t in out.tokens}) > 1  # the stop ids made lengths vary: rows left the pool early
+    for a, b in zip(out.log_probs, ref_lp):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+
+
+def test_small_pool_refills_freed_slots_and_gives_the_same_greedy_responses(model, rng):
+    """Eight prompts x 2 samples through a pool of 4 slots: slots freed by short responses take the next group
+    (continuous batching) and every response is the greedy one the whole-batch pool gives."""
+    prompts = _prompts(rng, (4, 12, 6, 9, 3, 15, 8, 10))
+    stops = _stop_ids(model, prompts)
+    params = SamplingParams(n=2, max_tokens=12, do_sample=False, stop_token_ids=stops)
+    whole = Generator(model.net, max_batch=16, max_prompt_len=16, max_new_tokens=12).generate(prompts, params)
+    small = Generator(model.net, max_batch=4, max_prompt_len=16, max_new_tokens=12)
+    out = small.generate(prompts, params)
+    assert out.tokens == whole.tokens
+    for a, b in zip(out.log_probs, whole.log_probs):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    assert small.last_stats["admissions"] > 2  # groups entered the pool at several points, not in fixed chunks
+    lengths = [len(t) for t in out.tokens]
+    assert min(lengths) < max(lengths)
+
+
+def test_small_pool_sampled_log_probs_are_the_models(model, rng):
+    """Sampled through a small pool, rows decode at different positions in one graph call: every log-prob still
+    equals a full forward pass over its own sequence (float64)."""
+    prompts = _prompts(rng, (4, 12, 6, 9, 3, 15))
+    params = SamplingParams(n=3, max_tokens=9, temperature=0.8, stop_token_ids=_stop_ids(model, prompts))
+    gen = Generator(model.net, max_batch=6, max_prompt_len=16, max_new_tokens=9)
+    out = gen.generate(prompts, params, seed=3)
+    assert list(out.prompt_index) == [i for i in range(len(prompts)) for _ in range(3)]
+    for i, (toks, lp) in enumerate(zip(out.tokens, out.log_probs)):
+        np.testing.assert_allclose(lp, full_log_probs(model, prompts[i // 3], toks, 0.8), atol=3e-5)
+
+
+def test_a_paused_request_resumed_from_its_prefix_continues_as_if_never_paused(model, rng):
+    """Partial rollout: 4 tokens now, the rest later by re-prefilling prompt + the first 4; greedy, so the joined
+    response must be the one-go response, token for token, and its min_tokens counts from the response start."""
+    prompts = _prompts(rng, (6, 11))
+    params = SamplingParams(n=1, max_tokens=10, do_sample=False)
+    gen = Generator(model.net, max_batch=4, max_prompt_len=32, max_new_tokens=10)
+    whole = gen.generate(prompts, params)
+    first = gen.run([Request(p, n=1, max_new=4) for p in prompts], params, seed=0)
+    assert all(len(t) == 4 for t in first.tokens) and not first.finished.any()
+    rest = gen.run([Request(p + t, n=1, max_new=6, done_before=4) for p, t in zip(prompts, first.tokens)],
+                   params, seed=0)
+    for w, a, b, wl, al, bl in zip(whole.tokens, first.tokens, rest.tokens, whole.log_probs, first.log_probs,
+                                   rest.log_probs):
+        assert a + b == w
+        np.testing.assert_allclose(np.concatenate([al, bl]), wl, atol=2e-5)
+
+
+def test_min_tokens_counts_tokens_generated_before_a_pause(model, rng):
+    prompts = _prompts(rng, (6,))
+    stop = [int(model.logits(np.array([prompts[0]], np.int32))[0, -1].argmax())]
+    params = SamplingParams(n=1, max_tokens=8, min_tokens=3, do_sample=False, stop_token_ids=stop)
+    gen = Generator(model.net, max_batch=2, max_prompt_len=16, max_new_tokens=8)
+    out = gen.run([Request(prompts[0], n=1, max_new=8, done_before=3)], params, seed=0)
+    assert out.tokens[0] == stop  # 3 tokens before the pause: the stop id is allowed at once
+    out = gen.run([Request(prompts[0], n=1, max_new=8, done_before=1)], params, seed=0)
+    assert stop[0] not in out.tokens[0][:2]
