@@ -168,7 +168,8 @@ def mindrl_overrides(d, a, model_dir):
             "runtime.seed": 0, "rl_config.train_iters": a.steps, "rl_config.pad_to_multiple_of": a.pad_to_multiple_of}
 
 
-def run_mindrl(d, a, algo, model_dir, lora=False):
+def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
+    """``extra``: more config overrides (bench_longtail.py's rollout settings)."""
     from mindrl.config import load_train_config
     from mindrl.trainer import RLTrainer
     counter = CompileCounter()
@@ -191,6 +192,7 @@ def run_mindrl(d, a, algo, model_dir, lora=False):
                      "rl_config.verifier_weight": "null", "reward_config.load": f"{d}/rm",
                      "reward_config.normalize": "false", "critic_config.lr": LR, "critic_config.lr_warmup_iters": 0})
         config = os.path.join(ROOT, "examples", "real", "ppo.yaml")
+    over.update(extra or {})
     cfg = load_train_config(config, [f"{k}={v}" for k, v in over.items()])
     t0 = time.perf_counter()
     t = RLTrainer(cfg)
@@ -205,7 +207,7 @@ def run_mindrl(d, a, algo, model_dir, lora=False):
         n = b * (SAMPLES if algo == "grpo" else 1)
         tokens = (m["prompt_length/mean"] + m["response_length/mean"]) * n
         rows.append({"time": secs, "tokens": tokens, "response_mean": m["response_length/mean"],
-                     "response_max": m["response_length/max"],
+                     "response_max": m["response_length/max"], "stale": m.get("rollout/stale_fraction", 0.0),
                      "split": {k[7:]: v for k, v in m.items() if k.startswith("timing/") and k != "timing/all"}})
     return {"rows": rows, "startup_s": round(startup, 1), "peak_rss_gb": peak_rss_gb(),
             "compiles": counter.by_step(), "compile_events": counter.events}

@@ -123,3 +123,33 @@ def test_min_tokens_counts_tokens_generated_before_a_pause(model, rng):
     assert out.tokens[0] == stop  # 3 tokens before the pause: the stop id is allowed at once
     out = gen.run([Request(prompts[0], n=1, max_new=8, done_before=1)], params, seed=0)
     assert stop[0] not in out.tokens[0][:2]
+
+
+def test_a_parked_row_continues_from_its_cache_and_an_evicted_one_from_its_prefix(model, rng):
+    """Partial rollout's rounds within one step: a sample that used its round's tokens keeps its cache row
+    (park=True) and the next call continues it without a prefill; greedy, the joined response is the one-go
+    response. A parked row whose slot a queued prompt needs is evicted, and then continues by prefilling."""
+    prompts = _prompts(rng, (6, 11, 9))
+    params = SamplingParams(n=1, max_tokens=9, do_sample=False)
+    gen = Generator(model.net, max_batch=4, max_prompt_len=32, max_new_tokens=9)
+    whole = gen.generate(prompts, params)
+    first = gen.run([Request(p, 1, 4, keys=[k]) for k, p in enumerate(prompts)], params, park=True)
+    assert sorted(gen._pool.parked) == [0, 1, 2]
+    rest = gen.run([Request(prompts[0] + first.tokens[0], 1, 5, 4, keys=[0]),
+                    Request(prompts[2] + first.tokens[2], 1, 5, 4, keys=[2])], params, park=True)
+    assert gen.last_stats["resumed_from_cache"] == 2 and gen.last_stats["admissions"] == 0
+    assert sorted(gen._pool.parked) == [0, 2]  # parked again at their max_new; key 1, not continued, released
+    for i, j in ((0, 0), (2, 1)):
+        assert first.tokens[i] + rest.tokens[j] == whole.tokens[i]
+        np.testing.assert_allclose(np.concatenate([first.log_probs[i], rest.log_probs[j]]), whole.log_probs[i],
+                                   atol=2e-5)
+
+    # two samples park while a 4-sample prompt waits for the whole pool: both are evicted for it
+    fresh = _prompts(rng, (5,))
+    a = gen.run([Request(prompts[0], 1, 4, keys=["a"]), Request(prompts[1], 1, 4, keys=["b"]),
+                 Request(fresh[0], 4, 3, keys=[1, 2, 3, 4])], params, park=True)
+    assert sorted(gen._pool.parked) == [1, 2, 3, 4] and gen.last_stats["admissions"] == 2  # a and b: evicted
+    b = gen.run([Request(prompts[0] + a.tokens[0], 1, 5, 4, keys=["a"])], params, park=True)
+    assert gen.last_stats["resumed_from_cache"] == 0 and a.tokens[0] + b.tokens[0] == whole.tokens[0]
+    gen.drop_parked()
+    assert gen._pool.free_count() == 4

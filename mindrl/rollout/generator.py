@@ -120,6 +120,7 @@ class Request:
     n: int = 1
     max_new: Optional[int] = None
     done_before: int = 0
+    keys: Optional[List] = None     # one per sample: names its cache row for Generator.run(park=True)
 
 
 class Generator:
@@ -159,6 +160,7 @@ class Generator:
             b = max(min_decode_bucket, (b + 1) // 2)
         self.decode_buckets.sort()
         self.last_stats: dict = {}
+        self._pool = _Pool(self.max_batch)   # kept across calls for parked rows; empty otherwise
 
     def warmup(self, bucket: int, n: int = 1):
         """Compile (and run once on dummy data) the graphs of one decode bucket; the largest bucket also compiles
@@ -190,13 +192,20 @@ class Generator:
         """``params.n`` samples of every prompt, prompt-major."""
         return self.run([Request(list(p), params.n) for p in prompts], params, seed)
 
-    def run(self, requests: Sequence[Request], params: SamplingParams, seed: int = 0) -> RolloutOutput:
+    def run(self, requests: Sequence[Request], params: SamplingParams, seed: int = 0,
+            park: bool = False) -> RolloutOutput:
         """Every request's samples, request-major (request i's are rows i*n .. i*n+n-1 when all have n samples).
 
-        Rows are sampled in sequence order, one uniform number each per step: when the pool holds every
-        request at once, the draws are those of a cacheless step-by-step generation (tests/test_continuous_batching.py)."""
+        Rows are sampled in sequence order, one uniform number each per step: when the pool holds every request at
+        once, the draws are those of a cacheless step-by-step generation (tests/test_continuous_batching.py).
+
+        ``park``: a sample with a key (``Request.keys``) that reaches its ``max_new`` without stopping keeps its
+        cache row, and a later call's request with that key continues from the cache instead of prefilling its
+        prefix again (partial rollout's rounds within one step). Valid while the weights stay the same: call
+        :meth:`drop_parked` when they change. A call releases the parked rows its requests do not continue, and
+        evicts parked rows when the queue needs their slots (those requests then prefill)."""
         requests = [Request(list(r.prefix), r.n, params.max_tokens if r.max_new is None else r.max_new,
-                            r.done_before) for r in requests]
+                            r.done_before, None if r.keys is None else list(r.keys)) for r in requests]
         for r in requests:
             if not r.prefix:
                 raise ValueError("empty prompt: every prompt needs at least one token")
@@ -204,6 +213,8 @@ class Generator:
                 raise ValueError(f"n={r.n} samples per prompt exceeds the generator's max_batch={self.max_batch}")
             if not 1 <= r.max_new <= self.max_new_tokens:
                 raise ValueError(f"max_new={r.max_new} outside [1, {self.max_new_tokens}]")
+            if r.keys is not None and len(r.keys) != r.n:
+                raise ValueError(f"{len(r.keys)} keys for {r.n} samples")
         if self.refresh_head is not None:  # the weights may have changed since the last call (a training step)
             self.refresh_head()
         sampler = Sampler(params, self.lm.config.vocab_size, seed)
@@ -216,54 +227,74 @@ class Generator:
         stopped = np.zeros(total, bool)
         # the prefill graph takes a fixed row count: as many prompts as the pool holds at n samples each
         rows = max(1, self.max_batch // params.n)
-        pool = _Pool(self.max_batch)
+        pool = self._pool
+        for owner in [o for o in pool.slot if o[0] == "seq"]:  # left by a call that raised
+            pool.release(owner)
         pending = {}                   # sequence -> its next-token logits, waiting to be sampled
-        queue = list(range(len(requests)))[::-1]  # a stack: pop() takes the next request
-        stats = {"decode_steps": 0, "decoded_rows": 0, "prefill_tokens": 0, "admissions": 0}
+        feed = {}                      # sequence -> the token its row decodes next
+        resumed = {k: i for i, r in enumerate(requests) if r.n == 1 and r.keys and r.keys[0] in pool.parked
+                   for k in r.keys}
+        for key in [k for k in pool.parked if k not in resumed]:
+            pool.release(("park", key))
+        for key, i in resumed.items():  # continue from the cache: the row decodes its last sampled token next
+            feed[int(first[i])] = pool.unpark(key, ("seq", int(first[i])))
+        queue = [i for i in range(len(requests)) if not (requests[i].keys and requests[i].keys[0] in resumed)][::-1]
+        stats = {"decode_steps": 0, "decoded_rows": 0, "prefill_tokens": 0, "admissions": 0,
+                 "resumed_from_cache": len(resumed)}
         bucket = self.max_batch
         while True:
+            if queue and requests[queue[-1]].n > pool.free_count() and not pending and not feed:
+                pool.evict_parked(requests[queue[-1]].n)  # nothing decodes: parked rows give their slots
             if queue and requests[queue[-1]].n <= pool.free_count():
-                taken = []
-                while queue and len(taken) < rows and requests[queue[-1]].n <= pool.free_count() - \
-                        sum(requests[q].n for q in taken):
+                taken, room = [], pool.free_count()
+                while queue and len(taken) < rows and requests[queue[-1]].n <= room:
+                    room -= requests[queue[-1]].n
                     taken.append(queue.pop())
-                logits = self._admit([requests[q] for q in taken], [range(first[q], first[q + 1]) for q in taken],
+                logits = self._admit([requests[q] for q in taken],
+                                     [[("seq", s) for s in range(first[q], first[q + 1])] for q in taken],
                                      pool, rows, stats)
                 for q, lg in zip(taken, logits):
                     for seq in range(first[q], first[q + 1]):
                         pending[seq] = lg
                 bucket = self.max_batch
-            if not pending:
-                break
-            seqs = sorted(pending)
-            steps = np.array([len(out_tok[q]) + requests[req_of[q]].done_before for q in seqs])
-            tok, lp = sampler.sample(np.stack([pending[q] for q in seqs]), [history[q] for q in seqs], steps)
-            pending.clear()
-            live = []
-            for j, seq in enumerate(seqs):
-                out_tok[seq].append(int(tok[j]))
-                out_lp[seq].append(lp[j])
-                history[seq].append(int(tok[j]))
-                stopped[seq] = sampler.is_stop(int(tok[j]), int(steps[j]))
-                if stopped[seq] or len(out_tok[seq]) >= requests[req_of[seq]].max_new:
-                    pool.release(seq)
-                else:
-                    live.append(seq)
-            if not live:
+            if pending:
+                seqs = sorted(pending)
+                steps = np.array([len(out_tok[q]) + requests[req_of[q]].done_before for q in seqs])
+                tok, lp = sampler.sample(np.stack([pending[q] for q in seqs]), [history[q] for q in seqs], steps)
+                pending.clear()
+                for j, seq in enumerate(seqs):
+                    out_tok[seq].append(int(tok[j]))
+                    out_lp[seq].append(lp[j])
+                    history[seq].append(int(tok[j]))
+                    stopped[seq] = sampler.is_stop(int(tok[j]), int(steps[j]))
+                    r = requests[req_of[seq]]
+                    if stopped[seq]:
+                        pool.release(("seq", seq))
+                    elif len(out_tok[seq]) >= r.max_new:
+                        if park and r.keys is not None:
+                            pool.park(("seq", seq), r.keys[seq - first[req_of[seq]]], int(tok[j]))
+                        else:
+                            pool.release(("seq", seq))
+                    else:
+                        feed[seq] = int(tok[j])
+            if not feed:
                 if queue:
                     continue
                 break
-            if not queue:  # nothing left to admit: shrink to the smallest bucket the live rows fit
-                smaller = _bucket(len(live), self.decode_buckets)
+            live = sorted(feed)
+            if not queue:  # nothing left to admit: shrink to the smallest bucket the rows in use fit
+                keep = [("seq", q) for q in live] + [("park", k) for k in pool.parked]
+                smaller = _bucket(len(keep), self.decode_buckets)
                 if smaller < bucket:
-                    if max(pool.slot[q] for q in live) >= smaller:
-                        self._reorder([pool.slot[q] for q in live], list(range(len(live))))
-                        pool.compact(live)
+                    if max(pool.slot[o] for o in keep) >= smaller:
+                        self._reorder([pool.slot[o] for o in keep], list(range(len(keep))))
+                        pool.compact(keep)
                     bucket = smaller
-            feed = np.full(bucket, self.pad_id, np.int32)
-            slots = np.array([pool.slot[q] for q in live])
-            feed[slots] = [out_tok[q][-1] for q in live]
-            out = self.decode_cell(Tensor(feed), Tensor(pool.pos[:bucket]), Tensor(pool.start[:bucket]))
+            tokens = np.full(bucket, self.pad_id, np.int32)
+            slots = np.array([pool.slot[("seq", q)] for q in live])
+            tokens[slots] = [feed[q] for q in live]
+            feed.clear()
+            out = self.decode_cell(Tensor(tokens), Tensor(pool.pos[:bucket]), Tensor(pool.start[:bucket]))
             pool.pos[slots] += 1
             logits = out.asnumpy()
             for q, sl in zip(live, slots):
@@ -273,6 +304,11 @@ class Generator:
         self.last_stats = stats
         return RolloutOutput(req_of.astype(np.int64), out_tok, [np.asarray(x, np.float32) for x in out_lp],
                              stopped, stats)
+
+    def drop_parked(self) -> None:
+        """Forget every parked row (the weights changed: their cache is another policy's)."""
+        for key in list(self._pool.parked):
+            self._pool.release(("park", key))
 
     def _admit(self, reqs: List[Request], seqs, pool: "_Pool", rows: int, stats) -> list:
         """Prefill ``reqs`` (at most ``rows``) into free slots, copy each one's cache row to its n samples' slots;
@@ -307,13 +343,15 @@ class Generator:
 
 
 class _Pool:
-    """Which sequence holds which cache row, and each row's next write position and first real slot."""
+    """Which owner holds which cache row (("seq", i): a sequence of the current call; ("park", key): a parked
+    sample), and each row's next write position and first real slot."""
 
     def __init__(self, size: int):
         self.size = size
-        self.slot = {}                                   # sequence -> row
+        self.slot = {}                                   # owner -> row
         self.pos = np.zeros(size, np.int32)              # where each row's next token's K/V goes
         self.start = np.zeros(size, np.int32)            # each row's first real (unpadded) slot
+        self.parked = {}                                 # key -> the token its row decodes next (insertion order)
 
     def free_slots(self) -> List[int]:
         used = set(self.slot.values())
@@ -322,22 +360,39 @@ class _Pool:
     def free_count(self) -> int:
         return self.size - len(self.slot)
 
-    def take(self, seqs: List[int], pos: int, start: int) -> List[int]:
-        rows = self.free_slots()[:len(seqs)]
-        for q, r in zip(seqs, rows):
-            self.slot[q] = r
+    def take(self, owners: list, pos: int, start: int) -> List[int]:
+        rows = self.free_slots()[:len(owners)]
+        for o, r in zip(owners, rows):
+            self.slot[o] = r
             self.pos[r], self.start[r] = pos, start
         return rows
 
-    def release(self, seq: int) -> None:
-        self.slot.pop(seq, None)
+    def release(self, owner) -> None:
+        self.slot.pop(owner, None)
+        if owner[0] == "park":
+            self.parked.pop(owner[1], None)
 
-    def compact(self, live: List[int]) -> None:
-        """The live rows moved to rows 0 .. len(live)-1, in this order (Generator._reorder did the cache)."""
-        old = [self.slot[q] for q in live]
+    def park(self, owner, key, token: int) -> None:
+        self.slot[("park", key)] = self.slot.pop(owner)
+        self.parked[key] = token
+
+    def unpark(self, key, owner) -> int:
+        self.slot[owner] = self.slot.pop(("park", key))
+        return self.parked.pop(key)
+
+    def evict_parked(self, need: int) -> None:
+        for key in list(self.parked):
+            if self.free_count() >= need:
+                break
+            self.release(("park", key))
+
+    def compact(self, owners: list) -> None:
+        """``owners`` moved to rows 0 .. len-1, in this order (Generator._reorder did the cache)."""
+        old = [self.slot[o] for o in owners]
         pos, start = self.pos[old].copy(), self.start[old].copy()
-        self.slot = {q: i for i, q in enumerate(live)}
-        self.pos[:len(live)], self.start[:len(live)] = pos, start
+        for i, o in enumerate(owners):
+            self.slot[o] = i
+        self.pos[:len(owners)], self.start[:len(owners)] = pos, start
 
 
 def _default_buckets(max_len: int) -> List[int]:

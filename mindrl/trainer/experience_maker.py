@@ -152,6 +152,7 @@ class ExperienceMaker:
             with timers("rollout"):
                 return self.policy.continue_requests(requests, self.sampling, seed)
 
+        self.policy.generator.drop_parked()  # rows parked last step hold the cache of the weights before the update
         done, rounds = pr.batch(plan.batch.prompts // run.topo.infer.dp, self._take_prompts, generate)
         prompts, tokens, log_probs, stopped, index, stale = flatten(done)
         texts = [run.tokenizer.decode(t, skip_special_tokens=True) for t in tokens]

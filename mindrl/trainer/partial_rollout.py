@@ -14,12 +14,15 @@ continues the same responses.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
 import numpy as np
 
 from mindrl.rollout.generator import Request
+
+_UIDS = itertools.count()
 
 
 @dataclass
@@ -28,6 +31,7 @@ class Sample:
     log_probs: List[float] = field(default_factory=list)   # under the policy that sampled each token
     stopped: bool = False                                   # ended on a stop id
     stale: int = 0                                          # leading tokens sampled in an earlier step
+    uid: int = field(default_factory=lambda: next(_UIDS))   # names its parked cache row within a step
 
 
 @dataclass
@@ -56,18 +60,22 @@ class PartialRollout:
 
     def round(self, fresh: List[Tuple[List[int], str]], generate) -> List[Group]:
         """One round over the paused groups, then ``fresh`` (prompt, label) pairs; ``generate(requests)`` runs the
-        generator. Returns the groups that ended, in order; the others stay paused."""
+        generator (parking: a response paused in this step's previous round continues from its cache row, one
+        carried from an earlier step is prefilled again with the current weights). Returns the groups that ended,
+        in order; the others stay paused."""
         groups = self.paused + [Group(list(p), lab, [Sample() for _ in range(self.n)]) for p, lab in fresh]
         requests, targets = [], []
         for g in groups:
             if all(not s.tokens for s in g.samples):  # not started: its samples share one prefill
-                requests.append(Request(g.prompt, self.n, min(self.round_tokens, self.max_tokens)))
+                requests.append(Request(g.prompt, self.n, min(self.round_tokens, self.max_tokens),
+                                        keys=[s.uid for s in g.samples]))
                 targets.append(g.samples)
                 continue
             for s in g.samples:
                 if not self.ended(s):
                     requests.append(Request(g.prompt + s.tokens, 1,
-                                            min(self.round_tokens, self.max_tokens - len(s.tokens)), len(s.tokens)))
+                                            min(self.round_tokens, self.max_tokens - len(s.tokens)), len(s.tokens),
+                                            keys=[s.uid]))
                     targets.append([s])
         out = generate(requests)
         seq = 0
@@ -95,6 +103,7 @@ class PartialRollout:
             rounds += 1
         done, self.ready = done[:want], done[want:]
         return done, rounds
+
 
     # -- state (trainer_state.json) -------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -54,7 +54,7 @@ class Policy(TrainedNetwork):
 
     def continue_requests(self, requests, sampling, seed: int):
         """Prompts and paused responses (rollout.generator.Request), for partial rollout."""
-        return self.generator.run(requests, sampling, seed=seed)
+        return self.generator.run(requests, sampling, seed=seed, park=True)
 
     def log_probs(self, exp) -> np.ndarray:
         """Log-probs of ``exp``'s response tokens under the current train weights, [N, R] on every rank."""
