@@ -153,3 +153,18 @@ def test_a_parked_row_continues_from_its_cache_and_an_evicted_one_from_its_prefi
     assert gen.last_stats["resumed_from_cache"] == 0 and a.tokens[0] + b.tokens[0] == whole.tokens[0]
     gen.drop_parked()
     assert gen._pool.free_count() == 4
+
+
+def test_a_parked_row_without_room_to_continue_is_prefilled_again(model, rng):
+    """A row prefilled at a wide bucket can park too close to the cache's end for its next round: it is then
+    continued by prefilling its prefix (at a width that fits), never written past the cache."""
+    prompt = _prompts(rng, (17,))[0]
+    params = SamplingParams(n=1, max_tokens=8, do_sample=False)
+    whole = Generator(model.net, max_batch=2, max_prompt_len=32, max_new_tokens=8).generate([prompt], params)
+    gen = Generator(model.net, max_batch=2, max_prompt_len=16, max_new_tokens=8, resume_prefix_len=24,
+                    resume_new_tokens=4)
+    assert gen.length == 28
+    first = gen.run([Request(prompt, 1, 4, keys=["x"])], params, park=True)   # prefilled at 24: parks at slot 27
+    rest = gen.run([Request(prompt + first.tokens[0], 1, 2, 4, keys=["x"])], params, park=True)
+    assert gen.last_stats["resumed_from_cache"] == 0 and gen.last_stats["admissions"] == 1
+    assert first.tokens[0] + rest.tokens[0] == whole.tokens[0][:6]

@@ -232,8 +232,10 @@ class Generator:
             pool.release(owner)
         pending = {}                   # sequence -> its next-token logits, waiting to be sampled
         feed = {}                      # sequence -> the token its row decodes next
-        resumed = {k: i for i, r in enumerate(requests) if r.n == 1 and r.keys and r.keys[0] in pool.parked
-                   for k in r.keys}
+        # continued from the cache where its row has room for the new tokens (a row prefilled at a wide bucket may
+        # not: it then prefills its prefix again, at a width that fits)
+        resumed = {r.keys[0]: i for i, r in enumerate(requests) if r.n == 1 and r.keys and r.keys[0] in pool.parked
+                   and pool.pos[pool.slot[("park", r.keys[0])]] + r.max_new <= self.length}
         for key in [k for k in pool.parked if k not in resumed]:
             pool.release(("park", key))
         for key, i in resumed.items():  # continue from the cache: the row decodes its last sampled token next

@@ -39,7 +39,7 @@ class Policy(TrainedNetwork):
         self.generator = Generator(self.infer_net, max_batch=plan.batch.rollout_batch,
                                    max_prompt_len=ro.max_prompt_length, max_new_tokens=ro.max_tokens,
                                    pad_id=run.pad_id, static_prompt_shape=run.static_shapes,
-                                   resume_prefix_len=ro.max_prompt_length + ro.max_tokens - ro.round_tokens
+                                   resume_prefix_len=ro.max_prompt_length + (ro.max_split - 1) * ro.round_tokens
                                    if partial else 0, resume_new_tokens=ro.round_tokens if partial else 0)
         loss = spec.loss
         self.loss_cell = ActorLossCell(self.net, ActorLoss(**dataclasses.asdict(loss)), ro.temperature,
