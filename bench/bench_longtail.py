@@ -10,14 +10,16 @@ prompt, one update per step, the last_number rule reward, stop at end of turn), 
 * ``mindrl``: every response of the step decodes at once (the default pool: the whole batch);
 * ``mindrl_pool``: a pool of --pool decode slots (generate_config.max_num_seqs), refilled as responses end
   (continuous batching);
-* ``mindrl_partial``: the same pool, and partial rollout (rl_config.partial_rollout_max_split --split, so a round
-  gives a response at most --new-tokens / --split tokens) with TIS (rl_config.tis_cap 2);
+* ``mindrl_partial``: partial rollout (rl_config.partial_rollout_max_split --split, so a round gives a response at
+  most --new-tokens / --split tokens) with TIS (rl_config.tis_cap 2), every response of a round in the pool (or
+  --partial-pool slots);
 * ``before`` (with --before REV): mindrl's code at git revision REV (taken with `git archive` into the scratch
   directory), with the --pool setting under the key that revision knew (generate_config.micro_batch_size): before
   continuous batching, a pool smaller than the batch decoded fixed chunks, each waiting for its longest response;
 * ``trl``: TRL's GRPOTrainer (HF generate; bench_real.py's settings).
 
     python bench/bench_longtail.py                      # 4 sides x 5 steps (the first 2 warm-up)
+    python bench/bench_longtail.py --sides mindrl,mindrl_partial --no-trl   # some sides only
     python bench/bench_longtail.py --before 1a2b3c4     # and mindrl's generator as it was at that commit
     python bench/bench_longtail.py --quick              # a tiny random LLaMA: a smoke run (~3 min)
 
@@ -75,9 +77,11 @@ def side_settings(side, a) -> dict:
         return {}
     if side == "before":
         return {"generate_config.micro_batch_size": a.pool}
-    out = {"generate_config.max_num_seqs": a.pool}
-    if side == "mindrl_partial":
-        out.update({"rl_config.partial_rollout_max_split": a.split, "rl_config.tis_cap": 2.0})
+    if side == "mindrl_pool":
+        return {"generate_config.max_num_seqs": a.pool}
+    out = {"rl_config.partial_rollout_max_split": a.split, "rl_config.tis_cap": 2.0}
+    if a.partial_pool:
+        out["generate_config.max_num_seqs"] = a.partial_pool
     return out
 
 
@@ -98,6 +102,10 @@ def main():
     ap.add_argument("--prompts", type=int, default=4, help="prompts per step (x 8 samples)")
     ap.add_argument("--pool", type=int, default=16, help="decode slots of the pool sides")
     ap.add_argument("--split", type=int, default=4, help="partial rollout's rounds (partial_rollout_max_split)")
+    ap.add_argument("--partial-pool", type=int, default=0, help="decode slots of the partial-rollout side (0: the "
+                    "whole batch, so rows parked between rounds keep their cache)")
+    ap.add_argument("--sides", help="comma-separated sides to run (default: mindrl, mindrl_pool, mindrl_partial, "
+                    "before with --before, trl unless --no-trl)")
     ap.add_argument("--micro-batch", type=int, default=8, help="responses per forward/backward, both sides")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-prompt", type=int, default=64)
@@ -132,11 +140,17 @@ def main():
         raise SystemExit(f"{a.model}: no model there; run `bash examples/real/run.sh --prepare` first, or pass --model")
     make_prompts(d, a.model, a)
     args = ["--model", a.model]
-    for k in ("steps", "new_tokens", "prompts", "pool", "split", "micro_batch", "threads", "max_prompt",
-              "pad_to_multiple_of"):
+    for k in ("steps", "new_tokens", "prompts", "pool", "split", "partial_pool", "micro_batch", "threads",
+              "max_prompt", "pad_to_multiple_of"):
         args += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
     sides = ["mindrl", "mindrl_pool", "mindrl_partial"] + (["before"] if a.before else []) + \
         ([] if a.no_trl else ["trl"])
+    if a.sides:
+        sides = a.sides.split(",")
+        unknown = set(sides) - {"mindrl", "mindrl_pool", "mindrl_partial", "before", "trl"}
+        if unknown or ("before" in sides and not a.before):
+            raise SystemExit(f"bench_longtail: --sides {a.sides}: unknown {sorted(unknown)}, or `before` without "
+                             f"--before REV")
     results = {}
     for side in sides:
         extra = ["--code", export_revision(a.before, d)] if side == "before" else []
@@ -153,8 +167,8 @@ def report(results, a):
     med = {}
     for side, r in results.items():
         rows = r["rows"]
-        steady = rows[2:] if len(rows) > 2 else rows
-        med[side] = statistics.median(x["tokens"] / x["time"] for x in steady)
+        steady = common.steady(rows)
+        med[side] = common.median_tps(rows)
         rollout = statistics.median(x["split"].get("rollout", 0.0) / x["time"] for x in steady) if "split" in rows[0] \
             else float("nan")
         stale = statistics.median(x.get("stale", 0.0) for x in steady)
@@ -162,6 +176,11 @@ def report(results, a):
               f"{med[side]:8.1f} {rollout:7.0%} {stale:6.0%} {r['peak_rss_gb']:7.2f}GB   "
               f"{[round(x['time'], 1) for x in rows]} / {[round(x.get('response_mean', 0), 1) for x in rows]}, "
               f"{[x.get('response_max') for x in rows]}")
+    for side, r in results.items():
+        work = [x.get("work") for x in common.steady(r["rows"]) if x.get("work")]
+        if work:
+            print(f"{side:15} rollout work, median per steady step: " + ", ".join(
+                f"{k} {statistics.median(w.get(k, 0) for w in work):g}" for k in work[0]))
     for base in ("mindrl", "before", "trl"):
         if base in med:
             print(f"e2e_tps against {base}: " + ", ".join(f"{s} {med[s] / med[base]:.2f}x" for s in med if s != base))

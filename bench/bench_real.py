@@ -208,6 +208,8 @@ def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
         tokens = (m["prompt_length/mean"] + m["response_length/mean"]) * n
         rows.append({"time": secs, "tokens": tokens, "response_mean": m["response_length/mean"],
                      "response_max": m["response_length/max"], "stale": m.get("rollout/stale_fraction", 0.0),
+                     "work": {k[8:]: m[k] for k in ("rollout/prefill_tokens", "rollout/decode_steps",
+                                                     "rollout/decoded_rows", "rollout/rounds") if k in m},
                      "split": {k[7:]: v for k, v in m.items() if k.startswith("timing/") and k != "timing/all"}})
     return {"rows": rows, "startup_s": round(startup, 1), "peak_rss_gb": peak_rss_gb(),
             "compiles": counter.by_step(), "compile_events": counter.events}
@@ -345,16 +347,15 @@ def report(algo, results, a, params):
     med = {}
     for side, r in results.items():
         rows = r["rows"]
-        steady = rows[2:] if len(rows) > 2 else rows
-        tps = [x["tokens"] / x["time"] for x in steady]
-        med[side] = statistics.median(tps)
-        print(f"{side:12} {r['startup_s']:8.1f}s {rows[0]['time']:6.1f}s {statistics.median(x['time'] for x in steady):11.2f}s "
+        med[side] = common.median_tps(rows)
+        print(f"{side:12} {r['startup_s']:8.1f}s {rows[0]['time']:6.1f}s "
+              f"{statistics.median(x['time'] for x in common.steady(rows)):11.2f}s "
               f"{med[side]:8.1f} {r['peak_rss_gb']:7.2f}GB   {[round(x['time'], 1) for x in rows]} / "
               f"{[round(x.get('response_mean', 0), 1) for x in rows]}")
     m = results["mindrl"]
     if m["rows"][-1].get("split"):
         print("mindrl split (median of steady steps): " + str({
-            k: round(statistics.median(x["split"].get(k, 0.0) for x in (m["rows"][2:] or m["rows"])), 3)
+            k: round(statistics.median(x["split"].get(k, 0.0) for x in common.steady(m["rows"])), 3)
             for k in m["rows"][-1]["split"] if any(x["split"].get(k, 0.0) > 0 for x in m["rows"])}))
     later = {k: v for k, v in m["compiles"].items() if int(k) > 2}
     print(f"mindrl graph compiles by step (count, seconds): {m['compiles']}; after step 2: "

@@ -12,6 +12,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 
+def steady(rows: list) -> list:
+    """A side's steps after the first two (warm-up: compiling, then the allocator settling); all when that is all."""
+    return rows[2:] if len(rows) > 2 else rows
+
+
+def median_tps(rows: list) -> float:
+    """Median over the steady steps of tokens / seconds (each row has "tokens" and "time")."""
+    import statistics
+    return statistics.median(x["tokens"] / x["time"] for x in steady(rows))
+
+
 def scratch_dir(prefix: str) -> str:
     """A temporary directory for one benchmark run (models, data, the sides' logs), removed when the process
     exits: the 0.5B case of bench_scale.py alone leaves 1.9 GB otherwise."""

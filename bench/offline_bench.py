@@ -87,10 +87,9 @@ def table(results, first_name: str, first_key: str, fmt: str = "8.4f") -> dict:
     med = {}
     for side, r in results.items():
         rows = r["rows"]
-        steady = rows[2:] if len(rows) > 2 else rows
-        med[side] = statistics.median(x["tokens"] / x["time"] for x in steady)
+        med[side] = common.median_tps(rows)
         print(f"{side:7} {r['startup_s']:8.1f}s {rows[0]['time']:6.1f}s "
-              f"{statistics.median(x['time'] for x in steady):11.2f}s {med[side]:8.1f} {r['peak_rss_gb']:7.2f}GB "
+              f"{statistics.median(x['time'] for x in common.steady(rows)):11.2f}s {med[side]:8.1f} {r['peak_rss_gb']:7.2f}GB "
               f"{rows[0][first_key]:{width}.4f}   {[round(x['time'], 2) for x in rows]} / "
               f"{[int(x['tokens']) for x in rows]}")
     print(f"mindrl graph compiles by step (count, seconds): {results['mindrl']['compiles']}")

@@ -107,7 +107,8 @@ class ExperienceMaker:
         score = sequence_score(rew.scores, out.lengths, run.plan.reward)  # before the reward model's term
         return Experience.from_rollout([prompts[i] for i in out.prompt_index], out.tokens, out.log_probs,
                                        out.finished, out.prompt_index, rew.scores, score, rew.per_verifier,
-                                       ro.max_prompt_length, ro.max_tokens, run.pad_id), rew.counts()
+                                       ro.max_prompt_length, ro.max_tokens, run.pad_id), \
+            {**rew.counts(), **_work_metrics(out.stats)}
 
     def _sample(self, timers):
         """This replica's share of the global batch, with DAPO dynamic sampling when enabled: groups whose samples
@@ -146,11 +147,16 @@ class ExperienceMaker:
         run, plan = self.run, self.run.plan
         pr = self.partial
 
+        work = {}
+
         def generate(requests):  # one round: its own sampling stream
             seed = seed_from(run.sampling_seed, self.draws, run.topo.infer.dp_rank)
             self.draws += 1
             with timers("rollout"):
-                return self.policy.continue_requests(requests, self.sampling, seed)
+                out = self.policy.continue_requests(requests, self.sampling, seed)
+            for k, v in out.stats.items():
+                work[k] = work.get(k, 0) + v
+            return out
 
         self.policy.generator.drop_parked()  # rows parked last step hold the cache of the weights before the update
         done, rounds = pr.batch(plan.batch.prompts // run.topo.infer.dp, self._take_prompts, generate)
@@ -163,7 +169,7 @@ class ExperienceMaker:
         local = Experience.from_rollout(prompts, tokens, log_probs, stopped, index, rew.scores, score,
                                         rew.per_verifier, ro.max_prompt_length, ro.max_tokens, run.pad_id)
         local.group = index
-        counts = rew.counts()
+        counts = {**rew.counts(), **_work_metrics(work)}
         counts.update({"rollout/stale_fraction": stale / max(1, sum(len(t) for t in tokens)),
                        "rollout/rounds": rounds, "rollout/paused_responses": pr.paused_responses(),
                        "rollout/ready_groups": len(pr.ready)})
@@ -204,3 +210,10 @@ class ExperienceMaker:
             saved = state.get("partial_rollout", {})
             self.partial.load_state_dict(saved)
             self._unstarted = [([int(t) for t in p], str(lab)) for p, lab in saved.get("unstarted", [])]
+
+
+def _work_metrics(stats: dict) -> dict:
+    """The generator's work (rollout/generator.py stats): prompt tokens prefilled, decode graph calls, and rows
+    those calls computed (finished rows still in a decode bucket count)."""
+    return {"rollout/prefill_tokens": stats.get("prefill_tokens", 0), "rollout/decode_steps": stats.get("decode_steps", 0),
+            "rollout/decoded_rows": stats.get("decoded_rows", 0)}
