@@ -30,3 +30,23 @@ def test_bench_real_quick():
         compiles = re.search(r"^mindrl graph compiles by step \(count, seconds\): \{'1': \[(\d+), ", table, re.M)
         assert compiles and int(compiles.group(1)) > 0, out  # the first step compiles the graphs, and is counted
     assert "update_critic" in out and "reward_model" in out  # PPO's split names its stages
+
+
+@pytest.mark.slow
+def test_bench_longtail_quick():
+    """bench_longtail.py's mindrl sides at tiny sizes: the table, the rollout work of each side, and partial
+    rollout's rounds and stale tokens."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "bench_longtail.py"), "--quick", "--no-trl",
+                           "--sides", "mindrl,mindrl_pool,mindrl_partial"],
+                          capture_output=True, text=True, timeout=1200, cwd=REPO, env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for side in ("mindrl", "mindrl_pool", "mindrl_partial"):
+        row = re.search(rf"^{side} +([\d.]+)s +([\d.]+)s +([\d.]+) +(\d+)% +(\d+)% +([\d.]+)GB", out, re.M)
+        assert row, out
+        assert float(row.group(3)) > 0, row.group(0)
+        work = re.search(rf"^{side} +rollout work, median per steady step: prefill_tokens (\d+), decode_steps (\d+)",
+                         out, re.M)
+        assert work and int(work.group(2)) > 0, out
+    assert re.search(r"^mindrl_partial +rollout work.*rounds \d+", out, re.M), out
+    assert re.search(r"^e2e_tps against mindrl: mindrl_pool [\d.]+x, mindrl_partial [\d.]+x", out, re.M), out
