@@ -100,7 +100,7 @@ def test_partial_rollout_carries_responses_across_steps_and_resumes_them(workdir
 
 
 def test_plan_prints_the_rounds_and_refuses_what_it_cannot_do(workdir):
-    from mindrl.config import ConfigError, load_train_config  # noqa: F401
+    from mindrl.config import ConfigError
     from mindrl.config.plan import plan_run
     cfg = make_config(workdir, "plan")
     text = plan_run(cfg, 1).text()
