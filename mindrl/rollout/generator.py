@@ -169,8 +169,7 @@ class Generator:
         if bucket == self.decode_buckets[-1]:
             if self.refresh_head is not None:
                 self.refresh_head()
-            s = _bucket(self.max_prompt_len, self.prompt_buckets) if self.static_prompt_shape else \
-                self.prompt_buckets[-1]
+            s = self._prefill_width(self.max_prompt_len)
             rows = max(1, self.max_batch // n)
             self.prefill_cell(Tensor(np.full((rows, s), self.pad_id, np.int32)), Tensor(np.ones((rows, s), np.int32)),
                               Tensor(np.arange(rows, dtype=np.int32).reshape(rows, 1)))
@@ -312,14 +311,19 @@ class Generator:
         for key in list(self._pool.parked):
             self._pool.release(("park", key))
 
+    def _prefill_width(self, longest: int) -> int:
+        """The padded width of a prefill whose longest prefix has ``longest`` tokens: its bucket, or with static
+        shapes one width for prompts and one for resumed prefixes."""
+        if not self.static_prompt_shape:
+            return _bucket(longest, self.prompt_buckets)
+        return _bucket(self.max_prompt_len, self.prompt_buckets) if longest <= self.max_prompt_len else \
+            self.prompt_buckets[-1]
+
     def _admit(self, reqs: List[Request], seqs, pool: "_Pool", rows: int, stats) -> list:
         """Prefill ``reqs`` (at most ``rows``) into free slots, copy each one's cache row to its n samples' slots;
         returns each request's next-token logits."""
         longest = max(len(r.prefix) for r in reqs)
-        s = _bucket(longest, self.prompt_buckets)
-        if self.static_prompt_shape:  # one width for prompts, one for resumed prefixes
-            s = _bucket(self.max_prompt_len, self.prompt_buckets) if longest <= self.max_prompt_len else \
-                self.prompt_buckets[-1]
+        s = self._prefill_width(longest)
         if s + max(r.max_new for r in reqs) > self.length:
             raise ValueError(f"a {longest}-token prefix continued by {max(r.max_new for r in reqs)} tokens does "
                              f"not fit the {self.length}-slot cache")

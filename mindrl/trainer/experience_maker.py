@@ -94,21 +94,28 @@ class ExperienceMaker:
 
     def _draw(self, timers) -> tuple:
         """One batch of prompts, sampled and scored by the rule rewards, and the rewards' failure counts."""
-        run, ro = self.run, self.run.plan.rollout
+        run = self.run
         prompts, labels = self._next_prompts()
         with timers("rollout"):
             # replicas draw different samples; the tp ranks of one replica draw the same
             out = self.policy.generate(prompts, self.sampling,
                                        seed_from(run.sampling_seed, self.draws, run.topo.infer.dp_rank))
         self.draws += 1
-        texts = [run.tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
+        exp, counts = self._scored([prompts[i] for i in out.prompt_index], out.tokens, out.log_probs, out.finished,
+                                   out.prompt_index, [labels[i] for i in out.prompt_index], timers)
+        return exp, {**counts, **_work_metrics(out.stats)}
+
+    def _scored(self, prompts, tokens, log_probs, finished, group, labels, timers) -> tuple:
+        """Responses (one prompt and label per response) scored by the rule rewards, as an Experience, and the
+        rewards' failure counts."""
+        run, ro = self.run, self.run.plan.rollout
+        texts = [run.tokenizer.decode(t, skip_special_tokens=True) for t in tokens]
         with timers("rule_reward"):
-            rew = self.rewards(texts, [labels[i] for i in out.prompt_index])
-        score = sequence_score(rew.scores, out.lengths, run.plan.reward)  # before the reward model's term
-        return Experience.from_rollout([prompts[i] for i in out.prompt_index], out.tokens, out.log_probs,
-                                       out.finished, out.prompt_index, rew.scores, score, rew.per_verifier,
-                                       ro.max_prompt_length, ro.max_tokens, run.pad_id), \
-            {**rew.counts(), **_work_metrics(out.stats)}
+            rew = self.rewards(texts, labels)
+        score = sequence_score(rew.scores, np.array([len(t) for t in tokens], np.int64), run.plan.reward)
+        return Experience.from_rollout(prompts, tokens, log_probs, finished, group, rew.scores, score,
+                                       rew.per_verifier, ro.max_prompt_length, ro.max_tokens, run.pad_id), \
+            rew.counts()
 
     def _sample(self, timers):
         """This replica's share of the global batch, with DAPO dynamic sampling when enabled: groups whose samples
@@ -161,15 +168,9 @@ class ExperienceMaker:
         self.policy.generator.drop_parked()  # rows parked last step hold the cache of the weights before the update
         done, rounds = pr.batch(plan.batch.prompts // run.topo.infer.dp, self._take_prompts, generate)
         prompts, tokens, log_probs, stopped, index, stale = flatten(done)
-        texts = [run.tokenizer.decode(t, skip_special_tokens=True) for t in tokens]
-        with timers("rule_reward"):
-            rew = self.rewards(texts, [done[i].label for i in index])
-        score = sequence_score(rew.scores, np.array([len(t) for t in tokens]), plan.reward)
-        ro = plan.rollout
-        local = Experience.from_rollout(prompts, tokens, log_probs, stopped, index, rew.scores, score,
-                                        rew.per_verifier, ro.max_prompt_length, ro.max_tokens, run.pad_id)
-        local.group = index
-        counts = {**rew.counts(), **_work_metrics(work)}
+        local, counts = self._scored(prompts, tokens, log_probs, stopped, index, [done[i].label for i in index],
+                                     timers)
+        counts.update(_work_metrics(work))
         counts.update({"rollout/stale_fraction": stale / max(1, sum(len(t) for t in tokens)),
                        "rollout/rounds": rounds, "rollout/paused_responses": pr.paused_responses(),
                        "rollout/ready_groups": len(pr.ready)})
