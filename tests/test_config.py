@@ -103,7 +103,7 @@ EXPECTED_DEFAULTS = {
         entropy_coeff=0.0, loss_agg_mode="token-mean", norm_adv_by_std=True,
         rule_reward=None, verifier_function=["math_acc"], verifier_weight=[1.0], custom_reward_file=None,
         verifier_timeout=5.0, reward_fallback=None, dynamic_sampling=False, dynamic_sampling_metric=None,
-        gen_batch_size=None, max_num_gen_batches=4, partial_rollout_max_split=1, tis_cap=None,
+        gen_batch_size=None, max_num_gen_batches=4, partial_rollout_max_split=1, share_prompt=None, tis_cap=None,
         overlong_buffer_len=0, overlong_penalty_factor=1.0, mask_truncated_completions=False,
         gamma=1.0, lam=0.95, advantage_whiten=True, cliprange_value=0.5, critic_warmup=0,
         reward_clip_range=None, max_bad_steps=3, pretrain_coef=0.0),
@@ -154,7 +154,8 @@ FULL = {
         norm_adv_by_std=False, rule_reward=True, verifier_function=["acc", "format"], verifier_weight=[1.0, 0.5],
         custom_reward_file="reward.py", verifier_timeout=2.5, reward_fallback=0.0, dynamic_sampling=True,
         dynamic_sampling_metric="acc", gen_batch_size=16, max_num_gen_batches=3,
-        partial_rollout_max_split=1, tis_cap=2.0, overlong_buffer_len=32, overlong_penalty_factor=0.5,
+        partial_rollout_max_split=1, share_prompt=False, tis_cap=2.0, overlong_buffer_len=32,
+        overlong_penalty_factor=0.5,
         mask_truncated_completions=True, gamma=1.0, lam=0.95, advantage_whiten=True, cliprange_value=0.5,
         critic_warmup=0, reward_clip_range=[-5.0, 5.0], max_bad_steps=5, pretrain_coef=0.1),
     "actor_config": dict(

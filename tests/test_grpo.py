@@ -182,8 +182,10 @@ def test_single_update_reuses_rollout_log_probs(workdir):
 def test_pg_loss_at_ratio_one_matches_numpy(workdir):
     """At ratio 1 the token-mean surrogate is -sum(A * mask) / sum(mask): check one micro-step against numpy."""
     from mindrl.trainer import RLTrainer
+    # one row per response: the rows below are not groups of one prompt (test_shared_prompt.py packs groups)
     t = RLTrainer(make_config(workdir, "pg", **{"rl_config.train_iters": 1, "actor_config.save": "null",
-                                                 "actor_config.save_interval": 0, "eval.path": "null"}))
+                                                 "actor_config.save_interval": 0, "eval.path": "null",
+                                                 "rl_config.share_prompt": "false"}))
     rng = np.random.default_rng(0)
     ids = rng.integers(3, 150, size=(8, 16)).astype(np.int32)
     attn = np.ones_like(ids)

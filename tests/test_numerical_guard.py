@@ -92,8 +92,8 @@ def test_each_update_is_reported_as_it_happened_and_no_diverged_checkpoint_is_of
 
 
 def test_non_finite_weights_after_an_applied_update_stop_the_run(workdir):
-    """An update applied with a finite gradient can still leave non-finite weights (here injected after the
-    optimizer step): the run stops at that step naming the update, with no checkpoint of it."""
+    """An update applied with a finite gradient can still leave non-finite weights (here injected into the
+    weights the optimizer step updates): the run stops at that step naming the update, with no checkpoint of it."""
     import mindspore as ms
     from mindrl.trainer.guard import TrainingDiverged
     t = trainer_for(workdir, "weights_inf")
@@ -101,11 +101,10 @@ def test_non_finite_weights_after_an_applied_update_stop_the_run(workdir):
     apply_cell = up.apply_cell
 
     def poisoned(*args):
-        out = apply_cell(*args)
-        if t.step == 1:
+        if t.step == 1:  # the step's own check (in the optimizer's graph) finds what the step leaves
             p = t.policy.net.trainable_params()[0]
             p.set_data(ms.Tensor(np.full(p.shape, np.inf, np.float32)))
-        return out
+        return apply_cell(*args)
 
     up.apply_cell = poisoned
     with pytest.raises(TrainingDiverged, match=r"step 2: actor update 1 of 1 was applied and left non-finite "

@@ -269,11 +269,9 @@ def test_one_step_matches_float64_reference(ppo_models, case):
 
     logp = t.policy.log_probs(exp).astype(np.float64)
     from mindrl.algorithms.denominators import loss_denominator
-    ref = exp.ref_log_probs if exp.ref_log_probs is not None else np.zeros_like(exp.old_log_probs)
-    outs = t.policy.updater.micro_step({"input_ids": exp.input_ids, "attention_mask": exp.attention_mask,
-                                         "loss_mask": exp.loss_mask, "old_log_probs": exp.old_log_probs,
-                                         "advantages": exp.advantages, "ref_log_probs": ref},
-                                        loss_denominator(exp.loss_mask, rl.loss_agg_mode))
+    arrays, _ = t.policy.update_arrays(exp)  # with n > 1: packed groups whose prompt is computed once
+    assert (arrays["input_ids"].shape[0] < len(exp)) == t.run.plan.batch.shared_prompt
+    outs = t.policy.updater.micro_step(arrays, loss_denominator(exp.loss_mask, rl.loss_agg_mode))
     assert outs[0] == pytest.approx(reference_loss(exp, logp, rl), rel=1e-4, abs=1e-6)
 
 

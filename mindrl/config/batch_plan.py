@@ -45,6 +45,8 @@ class BatchPlan:
     reward_micro_batch: Optional[int] = None
     ptx_rows_per_update: Optional[int] = None   # PPO-ptx supervised rows per update (None: no PPO-ptx)
     off_policy: bool = False       # partial rollout or TIS: the rollout's log-probs may be another policy's
+    shared_prompt: bool = False    # the actor's update computes each group's prompt once (rl_config.share_prompt)
+    unshared_why: str = ""         # why it does not, when it could not
 
     @property
     def responses(self) -> int:
@@ -125,6 +127,20 @@ def update_split_errors(rl, critic, train_dp: int = 1, critic_dp: int = 1) -> li
     return out
 
 
+def unshared_reason(rl, train_dp: int) -> str:
+    """Why the actor's update cannot pack each prompt's samples into one row that computes the prompt once
+    (rl_config.share_prompt), or "" when it can: its micro-batches and data-parallel shares must hold whole groups."""
+    n, mini = rl.n_samples_per_prompt, min(rl.mini_batch_size, rl.global_batch_size)
+    if n == 1:
+        return "one sample per prompt (rl_config.n_samples_per_prompt 1)"
+    if rl.micro_batch_size % n:
+        return f"rl_config.micro_batch_size {rl.micro_batch_size} is not a multiple of n_samples_per_prompt {n}"
+    if mini % train_dp:
+        return f"an update's {mini} prompts do not split into whole groups over the actor's {train_dp} data-parallel " \
+               f"replicas"
+    return ""
+
+
 def plan_batches(cfg, world: int) -> BatchPlan:
     """The step's batch arithmetic on ``world`` ranks; a ConfigError names every key whose value does not divide."""
     rl, gen, actor, critic, rm = (cfg.rl_config, cfg.generate_config, cfg.actor_config, cfg.critic_config,
@@ -162,6 +178,10 @@ def plan_batches(cfg, world: int) -> BatchPlan:
                       f"run has {infer.dp} (world {world} / infer tp {infer.tp}); set "
                       f"generate_config.infer_tensor_parallel_size to {world}, or 1 to turn partial rollout off")
     ptx_rows = mini if rl.pretrain_coef > 0 else None  # a step's SFT rows, split like its prompts
+    unshared = unshared_reason(rl, train.dp)
+    if rl.share_prompt and unshared:
+        errors.append(f"rl_config.share_prompt: true needs micro-batches of whole groups, and here {unshared}; set it "
+                      f"to null (share when possible) or false")
     if errors:
         raise ConfigError("\n".join(errors), errors)
     per_replica = gen_prompts * n // infer.dp
@@ -174,4 +194,5 @@ def plan_batches(cfg, world: int) -> BatchPlan:
         critic_micro_batch=None if critic is None else critic.micro_batch_size,
         ref_micro_batch=(rl.ref_forward_micro_batch_size or rl.micro_batch_size) if rl.kl_coef > 0 else None,
         reward_micro_batch=None if rm is None else rm.micro_batch_size, ptx_rows_per_update=ptx_rows,
-        off_policy=rl.partial_rollout_max_split > 1 or rl.tis_cap is not None)
+        off_policy=rl.partial_rollout_max_split > 1 or rl.tis_cap is not None,
+        shared_prompt=rl.share_prompt is not False and not unshared, unshared_why=unshared)

@@ -465,6 +465,11 @@ class RunPlan:
                    f"per update ({b.responses_per_update} responses)")
         out.append(f"         layout {b.train.text()}: per rank {_count(b.micro_batches_per_update, 'micro-batch')} of "
                    f"{_count(b.micro_batch, 'response')} per update")
+        if b.shared_prompt:
+            out.append(f"         each prompt computed once for its {b.samples_per_prompt} samples (one packed row per "
+                       f"group; rl_config.share_prompt)")
+        elif b.unshared_why and b.samples_per_prompt > 1:
+            out.append(f"         each response's row holds its prompt: {b.unshared_why} (rl_config.share_prompt)")
         if b.ptx_rows_per_update:
             out.append(f"         PPO-ptx: {b.ptx_rows_per_update} supervised rows added to each update")
         if b.critic is not None:

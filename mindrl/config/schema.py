@@ -118,6 +118,11 @@ class RLConfig:
                                           "ones still going are paused and resumed in the next round (re-prefilled "
                                           "by the policy of then), which may be the next step's; a step trains on "
                                           "groups whose responses all ended; 1 = off")
+    share_prompt: bool | None = _opt(None, help="the actor's update packs each prompt's n samples into one row, "
+                                     "[prompt | response 1 | ... | response n], so the prompt's positions are "
+                                     "computed once instead of n times (the same loss and gradient; mini-batches are "
+                                     "shuffled as whole groups); null = whenever micro-batches hold whole groups, "
+                                     "true = refuse a config where they cannot, false = one row per response")
     tis_cap: float | None = _opt(None, gt=0.0, help="truncated importance sampling (TIS): each token's policy loss is "
                                  "weighted by min(exp(old_log_prob - rollout_log_prob), tis_cap), for tokens sampled "
                                  "by an older policy (partial rollout) or with other numerics; null = off")

@@ -345,18 +345,20 @@ class Backbone(nn.Cell):
     def _embed(self, input_ids):
         return self.embed_tokens(input_ids).astype(self.cdt)
 
-    def _allowed_and_positions(self, mask_i):
+    def _allowed_and_positions(self, mask_i, shared_prompt=False):
         """[B, T, T]: 1 where query i may attend to key j; [B, T]: each token's position."""
         b, t = mask_i.shape
         causal = ops.broadcast_to(ops.tril(ops.ones((t, t), ms.int32)).reshape(1, t, t), (b, t, t))
-        if self.segment_attention:
-            same = ops.logical_and(ops.equal(mask_i.reshape(b, t, 1), mask_i.reshape(b, 1, t)),
-                                   (mask_i > 0).reshape(b, 1, t))
+        if self.segment_attention or shared_prompt:
+            same = ops.equal(mask_i.reshape(b, t, 1), mask_i.reshape(b, 1, t))
+            if shared_prompt:  # segment 1, the group's prompt, is seen by every segment after it
+                same = ops.logical_or(same, ops.equal(mask_i, 1).reshape(b, 1, t))
+            same = ops.logical_and(same, (mask_i > 0).reshape(b, 1, t))
             allowed = causal * same.astype(ms.int32)
             return allowed, ops.relu(allowed.astype(ms.float32).sum(-1).astype(ms.int32) - 1)
         return causal * ops.broadcast_to(mask_i.reshape(-1, 1, t), (b, t, t)), ops.relu(ops.cumsum(mask_i, 1) - 1)
 
-    def _rope_and_mask(self, attention_mask):
+    def _rope_and_mask(self, attention_mask, shared_prompt=False):
         """Rotary tables at each token's position (padding skipped), as (for q, for k) pairs, q's scaled by the
         attention scale 1/sqrt(d) (one multiply per forward instead of one per layer), and the additive
         causal+padding mask at the attention scores' shape [B, KV, R*T, T] (R query heads per KV head; see
@@ -364,8 +366,9 @@ class Backbone(nn.Cell):
 
         With ``segment_attention``, the mask holds segments instead (1, 2, ... left to right, 0 = padding): a token
         sees the earlier tokens of its own segment only, and its position counts from its segment's first token, so
-        each segment is computed as if it were a row of its own."""
-        allowed, positions = self._allowed_and_positions(attention_mask.astype(ms.int32))
+        each segment is computed as if it were a row of its own. ``shared_prompt``: segment 1 is a prompt every later
+        segment continues (see :meth:`shared_prompt_forward`)."""
+        allowed, positions = self._allowed_and_positions(attention_mask.astype(ms.int32), shared_prompt)
         cos, sin = self._rope(positions)
         b, t, d = cos.shape[0], allowed.shape[-1], cos.shape[-1]
         add_mask = ops.select(allowed > 0, ops.zeros(allowed.shape, ms.float32),
@@ -383,7 +386,17 @@ class Backbone(nn.Cell):
 
     def construct(self, input_ids, attention_mask):
         """input_ids/attention_mask [B, T] (mask 1 = real token; padding may be on either side)."""
-        cos, sin, add_mask = self._rope_and_mask(attention_mask)
+        return self._forward(input_ids, attention_mask, False)
+
+    def shared_prompt_forward(self, input_ids, segments):
+        """One packed row per group of responses to one prompt: [prompt | response 1 | ... | response G], with
+        ``segments`` 1 on the prompt's tokens, j + 1 on response j's and 0 on padding. Every response attends to the
+        prompt and to its own earlier tokens at the positions it has in its own row, so each hidden state equals
+        the one of the unpacked row [prompt | response j]; the prompt is computed once for the G responses."""
+        return self._forward(input_ids, segments, True)
+
+    def _forward(self, input_ids, attention_mask, shared_prompt):
+        cos, sin, add_mask = self._rope_and_mask(attention_mask, shared_prompt)
         h = self._embed(input_ids)
         for layer in self.layers:
             h = layer(h, cos, sin, add_mask)

@@ -1,6 +1,7 @@
 """The actor's graphs: log-probs of response tokens, and the policy objective as a loss cell for the Updater."""
 from __future__ import annotations
 
+import numpy as np
 from mindspore import nn, ops
 
 from mindrl.algorithms.losses import ActorLoss
@@ -29,6 +30,49 @@ class ResponseLogProbs(nn.Cell):
         return self.stats(logits, input_ids[:, p:])
 
 
+class SharedPromptLogProbs(nn.Cell):
+    """ResponseLogProbs over packed groups (models/decoder.py ``shared_prompt_forward``): (input_ids [K, P + G*R],
+    segments [K, P + G*R], response_mask [K, G, R]) -> log p and entropy [K*G, R] of the K*G responses, in the order
+    of the unpacked rows. The prompt's positions are computed once per group instead of once per response."""
+
+    def __init__(self, lm, temperature: float, group: int):
+        super().__init__(auto_prefix=False)
+        self.lm = lm
+        self.group = int(group)
+        self.inv_t = 1.0 / float(temperature)
+        self.stats = LogProbsAndEntropy(lm.tp)
+
+    def construct(self, input_ids, attention_mask, response_mask):
+        g, r = self.group, response_mask.shape[-1]
+        p = input_ids.shape[1] - g * r
+        j = ops.arange(g).reshape(g, 1)
+        t = ops.arange(r).reshape(1, r)
+        target = p + j * r + t                             # where response j's token t sits in the packed row
+        before = target - 1 - ops.equal(t, 0).astype(target.dtype) * (j * r)  # the token before it: p - 1 at t = 0
+        h = self.lm.model.shared_prompt_forward(input_ids, attention_mask)
+        h = ops.gather(h, before.reshape(-1), 1)           # [K, G*R, H]
+        h = h.reshape(-1, r, h.shape[-1])
+        logits = self.lm.head(h)
+        if self.inv_t != 1.0:
+            logits = logits * self.inv_t
+        return self.stats(logits, ops.gather(input_ids, target.reshape(-1), 1).reshape(-1, r))
+
+
+def pack_groups(input_ids, attention_mask, response_width: int, group: int):
+    """Rows [N, P + R] (left-padded prompt, right-padded response; N = groups x ``group``, each group's rows one
+    prompt's samples, consecutive) -> (ids, segments), each [N / group, P + group * R]: the prompt once, then each
+    response (SharedPromptLogProbs' input). Raises ValueError if a group's rows do not share their prompt."""
+    n, width = input_ids.shape
+    p, r, k = width - response_width, response_width, n // group
+    ids = input_ids.reshape(k, group, width)
+    mask = attention_mask.reshape(k, group, width)
+    if n % group or (ids[:, :, :p] != ids[:, :1, :p]).any() or (mask[:, :, :p] != mask[:, :1, :p]).any():
+        raise ValueError(f"pack_groups: {n} rows are not groups of {group} rows with one prompt each")
+    seg = mask[:, :, p:] * np.arange(2, group + 2, dtype=mask.dtype).reshape(1, group, 1)
+    return (np.concatenate([ids[:, 0, :p], ids[:, :, p:].reshape(k, group * r)], 1),
+            np.concatenate([mask[:, 0, :p], seg.reshape(k, group * r)], 1))
+
+
 class ActorLossCell(nn.Cell):
     """(input_ids, attention_mask, loss_mask, old_log_probs, advantages, ref_log_probs, denominator) ->
     (loss, pg_loss, pg_clipfrac, ppo_kl, kl_loss, entropy)."""
@@ -36,14 +80,21 @@ class ActorLossCell(nn.Cell):
     METRICS = (("pg_loss", "sum"), ("pg_clipfrac", "token_mean"), ("ppo_kl", "token_mean"), ("kl_loss", "sum"),
                ("entropy", "sum"))
 
-    def __init__(self, lm, actor_loss: ActorLoss, temperature: float, entropy_in_loss: bool):
+    def __init__(self, lm, actor_loss: ActorLoss, temperature: float, entropy_in_loss: bool, group: int = 0):
+        """``group`` > 0: the inputs are packed groups of that many responses (pack_groups; the per-response ones
+        [K, group, R]), whose prompt is computed once (SharedPromptLogProbs)."""
         super().__init__(auto_prefix=False)
-        self.scorer = ResponseLogProbs(lm, temperature)
+        self.group = int(group)
+        self.scorer = SharedPromptLogProbs(lm, temperature, group) if group else ResponseLogProbs(lm, temperature)
         self.loss = actor_loss
         self.entropy_in_loss = entropy_in_loss
 
     def construct(self, input_ids, attention_mask, loss_mask, old_log_probs, advantages, ref_log_probs, denom):
         log_prob, entropy = self.scorer(input_ids, attention_mask, loss_mask)
+        if self.group:
+            r = loss_mask.shape[-1]
+            loss_mask, old_log_probs = loss_mask.reshape(-1, r), old_log_probs.reshape(-1, r)
+            advantages, ref_log_probs = advantages.reshape(-1, r), ref_log_probs.reshape(-1, r)
         if not self.entropy_in_loss:
             entropy = ops.stop_gradient(entropy)
         loss, pg, clipfrac, ppo_kl, kl, ent = self.loss(log_prob, old_log_probs, advantages, loss_mask,

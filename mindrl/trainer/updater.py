@@ -84,6 +84,15 @@ def _all_finite_one(p):
     return ops.isfinite(ops.matmul(ops.zeros((1, rows.shape[0]), rows.dtype), per_row)).astype(ms.float32).reshape(())
 
 
+_finite_after = ops.MultitypeFuncGraph("finite_after")
+
+
+@_finite_after.register("Tensor", "Tensor")
+def _finite_after_one(after, p):
+    """_all_finite of ``p`` as it is once ``after`` (the optimizer step) is done."""
+    return _all_finite_one(ops.depend(p, after))
+
+
 class AccumulateGrad(nn.Cell):
     """One micro-batch: forward, backward, add the gradients into ``accum``. ``inputs``: the loss cell's named
     inputs (trainer/inputs.py), which :meth:`run` and :meth:`compile_for` take as a mapping."""
@@ -106,9 +115,10 @@ class AccumulateGrad(nn.Cell):
         outs = self(*tensors(self.inputs, arrays, self.what), Tensor(np.float32(denom)))
         return [float(o.asnumpy()) for o in outs]
 
-    def compile_for(self, rows: int, sequence: int, response: int) -> None:
-        self.compile(*tensors(self.inputs, dummy_inputs(self.inputs, rows, sequence, response)),
-                     Tensor(np.float32(1.0)))
+    def compile_for(self, rows: int, sequence: int, response: int, arrays=None) -> None:
+        """For ``rows`` rows of these widths, or for ``arrays`` (input name -> array) when the inputs have other shapes."""
+        arrays = dummy_inputs(self.inputs, rows, sequence, response) if arrays is None else arrays
+        self.compile(*tensors(self.inputs, arrays), Tensor(np.float32(1.0)))
 
 
 class GradNorm(nn.Cell):
@@ -142,7 +152,9 @@ class GradNorm(nn.Cell):
 
 
 class ApplyGrad(nn.Cell):
-    """Global-norm clip of the accumulated gradient (its norm from GradNorm), AdamW step, reset."""
+    """Global-norm clip of the accumulated gradient (its norm from GradNorm), AdamW step, reset; returns how many
+    of the updated tensors hold only finite values (AllFinite's count, in the same graph: one compile and one
+    launch fewer than a graph of its own)."""
 
     def __init__(self, accum, optimizer: AdamW, clip_grad: float):
         super().__init__(auto_prefix=False)
@@ -156,7 +168,8 @@ class ApplyGrad(nn.Cell):
         if self.clip > 0:
             grads = self.hyper_map(ops.partial(_scaled, self.clip / ops.maximum(norm, self.clip)), self.accum)
         done = self.opt(grads, lr)  # only finite gradients get here (GradNorm's check), so g - g is 0
-        return ops.depend(done, self.hyper_map(ops.partial(_clear_after, done), self.accum))
+        finite = ops.addn(self.hyper_map(ops.partial(_finite_after, done), self.opt.params))
+        return ops.depend(finite, self.hyper_map(ops.partial(_clear_after, done), self.accum))
 
 
 class ResetGrad(nn.Cell):
@@ -214,7 +227,7 @@ class Updater:
         self.norm_cell = GradNorm(self.accumulate.accum, grad_reduce, tp_reduce, sharded)
         self.apply_cell = ApplyGrad(self.accumulate.accum, self.optimizer, optim.clip_grad)
         self.reset_cell = ResetGrad(self.accumulate.accum)
-        self.finite_cell = AllFinite(params)
+        self.finite = None  # the last applied step's count of finite tensors (ApplyGrad); None: none applied since
         self.skipped = 0  # optimizer steps skipped because the gradient was not finite
         self.log = UpdateLog()  # what update_epochs made of this training step's updates
 
@@ -227,27 +240,29 @@ class Updater:
         inf loss or gradient) skips the step: weights and optimizer state stay as they were."""
         norm = self.norm_cell()
         value = float(norm.asnumpy())
+        self.finite = None
         if not np.isfinite(value):
             self.reset_cell()
             self.skipped += 1
             return value
-        self.apply_cell(Tensor(np.float32(lr)), norm)
+        self.finite = self.apply_cell(Tensor(np.float32(lr)), norm)
         return value
 
     def weights_finite(self, exchange) -> bool:
         """After an update: do the weights hold only finite values, on every rank (all stop together)?"""
-        bad = len(self.finite_cell.params) - float(self.finite_cell().asnumpy())
+        # a skipped step left the weights as the last check found them
+        bad = 0.0 if self.finite is None else len(self.optimizer.params) - float(self.finite.asnumpy())
         ok = float(exchange.all_sum(np.array([bad], np.float32))[0]) == 0
         self.log.weights_finite = self.log.weights_finite and ok
         return ok
 
-    def compile(self, rows: int, sequence: int, response: int) -> None:
-        """Compile every graph for micro-batches of ``rows`` rows of these widths (a fixed compile order)."""
-        self.accumulate.compile_for(rows, sequence, response)
+    def compile(self, rows: int = 0, sequence: int = 0, response: int = 0, arrays=None) -> None:
+        """Compile every graph for micro-batches of ``rows`` rows of these widths, or like ``arrays`` (input name ->
+        array: inputs of other shapes, e.g. packed groups), in a fixed order."""
+        self.accumulate.compile_for(rows, sequence, response, arrays)
         self.norm_cell.compile()
         self.apply_cell.compile(Tensor(np.float32(0.0)), Tensor(np.float32(1.0)))
         self.reset_cell.compile()
-        self.finite_cell.compile()
 
     def load_optimizer_state(self, state: dict, source: str):
         for p in self.optimizer.state_parameters():

@@ -207,18 +207,28 @@ class TrainedNetwork:
         return self.spec.optim.lr_at(step)
 
     def _update(self, arrays: dict, loss_mask: np.ndarray, step: int, seed_salt: tuple = (),
-                extra_terms=()) -> dict:
-        """The spec's passes of mini-batch updates over ``arrays`` (the loss cell's inputs, one row per response)
-        at step ``step``'s learning rate; the mean of each metric and of the gradient norm."""
-        spec, seed = self.spec, self.run.seed
+                extra_terms=(), group: int = 0) -> dict:
+        """The spec's passes of mini-batch updates over ``arrays`` (the loss cell's inputs, one row per response,
+        or with ``group`` one row per packed group of that many responses) at step ``step``'s learning rate; the
+        mean of each metric and of the gradient norm."""
+        spec, seed, per = self.spec, self.run.seed, group or 1
         order_seed = (lambda epoch: seed_from(seed, step, epoch, *seed_salt)) if spec.shuffle else None
-        return update_epochs(self.updater, arrays, loss_mask, epochs=spec.epochs, mini_batch=spec.rows_per_update,
-                             micro_batch=spec.micro_batch, loss_agg_mode=spec.loss.loss_agg_mode, layout=self.layout,
+        return update_epochs(self.updater, arrays, loss_mask, epochs=spec.epochs, mini_batch=spec.rows_per_update // per,
+                             micro_batch=spec.micro_batch // per, loss_agg_mode=spec.loss.loss_agg_mode, layout=self.layout,
                              exchange=self.run.exchange, order_seed=order_seed, lr=self.lr_at(step),
                              extra_terms=extra_terms)
 
-    def _compile_update(self, prompt_width: int, response_width: int) -> None:
-        self.updater.compile(self.spec.micro_batch, prompt_width + response_width, response_width)
+    def _compile_update(self, prompt_width: int, response_width: int, group: int = 0) -> None:
+        """``group``: the update's rows are packed groups of that many responses (Policy)."""
+        if not group:
+            self.updater.compile(self.spec.micro_batch, prompt_width + response_width, response_width)
+            return
+        k = self.spec.micro_batch // group
+        arrays = dummy_inputs(self.updater.accumulate.inputs, k, prompt_width + group * response_width,
+                              group * response_width)  # the per-response ones [k, group * R] -> [k, group, R]
+        arrays = {n: a.reshape(k, group, response_width) if n not in ("input_ids", "attention_mask") else a
+                  for n, a in arrays.items()}
+        self.updater.compile(arrays=arrays)
 
     def state_dict(self) -> dict:
         """This rank's trained weights as numpy, HF names and orientation (full tensors at tp=1)."""

@@ -13,7 +13,7 @@ import numpy as np
 from mindrl.algorithms.losses import ActorLoss
 from mindrl.parallel.reshard import Resharder
 from mindrl.rollout.generator import Generator
-from mindrl.trainer.actor_graphs import ActorLossCell
+from mindrl.trainer.actor_graphs import ActorLossCell, ResponseLogProbs, pack_groups
 from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, compile_scorer, score_in_shares
 
 log = logging.getLogger("mindrl.train")
@@ -42,9 +42,11 @@ class Policy(TrainedNetwork):
                                    resume_prefix_len=ro.max_prompt_length + (ro.max_split - 1) * ro.round_tokens
                                    if partial else 0, resume_new_tokens=ro.round_tokens if partial else 0)
         loss = spec.loss
+        # shared prompts: the update's rows are packed groups (actor_graphs.pack_groups), one prompt per group
+        self.group = plan.batch.samples_per_prompt if plan.batch.shared_prompt else 0
         self.loss_cell = ActorLossCell(self.net, ActorLoss(**dataclasses.asdict(loss)), ro.temperature,
-                                       loss.entropy_coeff > 0)
-        self.scorer = self.loss_cell.scorer
+                                       loss.entropy_coeff > 0, self.group)
+        self.scorer = ResponseLogProbs(self.net, ro.temperature) if self.group else self.loss_cell.scorer
         self._train_with(self.loss_cell)
         self.ptx = ptx(run, self.net, self.net.trainable_params(), self.updater.accumulate.accum) if ptx else None
 
@@ -60,16 +62,29 @@ class Policy(TrainedNetwork):
         """Log-probs of ``exp``'s response tokens under the current train weights, [N, R] on every rank."""
         return score_in_shares(self.scorer, exp, self.layout, self.run.exchange, self.spec.scoring_micro_batch)
 
-    def update(self, exp, step: int) -> dict:
-        """The plan's passes of clipped policy-gradient updates over ``exp``; metrics ``actor/*``."""
+    def update_arrays(self, exp):
+        """(the loss cell's inputs, the loss mask) for ``exp``: one row per response, or with shared prompts one
+        packed row per group (actor_graphs.pack_groups) and the per-response arrays as [groups, n, R]."""
         ref = exp.ref_log_probs if exp.ref_log_probs is not None else np.zeros_like(exp.old_log_probs)
-        if self.ptx is not None:
-            self.ptx.begin_step()
         arrays = {"input_ids": exp.input_ids, "attention_mask": exp.attention_mask, "loss_mask": exp.loss_mask,
                   "old_log_probs": exp.old_log_probs, "ref_log_probs": ref,
                   # TIS weights a token's clipped loss; the loss is homogeneous in the advantage (algorithms/tis.py)
                   "advantages": exp.advantages if exp.tis_weight is None else exp.advantages * exp.tis_weight}
-        out = self._update(arrays, exp.loss_mask, step, extra_terms=[self.ptx] if self.ptx is not None else [])
+        if not self.group:
+            return arrays, exp.loss_mask
+        r, g = exp.loss_mask.shape[1], self.group
+        ids, segments = pack_groups(arrays.pop("input_ids"), arrays.pop("attention_mask"), r, g)
+        arrays = {k: v.reshape(-1, g, r) for k, v in arrays.items()}
+        arrays.update(input_ids=ids, attention_mask=segments)
+        return arrays, arrays["loss_mask"]
+
+    def update(self, exp, step: int) -> dict:
+        """The plan's passes of clipped policy-gradient updates over ``exp``; metrics ``actor/*``."""
+        if self.ptx is not None:
+            self.ptx.begin_step()
+        arrays, loss_mask = self.update_arrays(exp)
+        out = self._update(arrays, loss_mask, step, extra_terms=[self.ptx] if self.ptx is not None else [],
+                           group=self.group)
         return {f"actor/{k}": v for k, v in out.items()}
 
     def reshard(self) -> None:
@@ -84,7 +99,7 @@ class Policy(TrainedNetwork):
         """Prefill, every decode and reorder bucket, then the update and scoring graphs, always in this order."""
         for b in self.generator.decode_buckets:
             self.generator.warmup(b, self.run.plan.batch.samples_per_prompt)
-        self._compile_update(prompt_width, response_width)
+        self._compile_update(prompt_width, response_width, self.group)
         if self.ptx is not None:
             self.ptx.compile()
         compile_scorer(self.scorer, self.spec.scoring_micro_batch, prompt_width, response_width)
