@@ -108,6 +108,7 @@ def test_plan_says_whether_prompts_are_shared_and_refuses_what_cannot_be(workdir
     from mindrl.config.plan import plan_run
     lines = "\n".join(plan_run(make_config(workdir, "p"), 1).lines())
     assert "each prompt computed once for its 4 samples" in lines
+    assert "in the passes: update, old-log-prob, reference" in lines
     lines = "\n".join(plan_run(make_config(workdir, "p", **{"rl_config.micro_batch_size": 2}), 1).lines())
     assert "micro_batch_size 2 is not a multiple of n_samples_per_prompt 4" in lines
     assert not plan_run(make_config(workdir, "p", **{"rl_config.share_prompt": "false"}), 1).batch.shared_prompt
@@ -116,8 +117,9 @@ def test_plan_says_whether_prompts_are_shared_and_refuses_what_cannot_be(workdir
 
 
 def test_grpo_steps_with_shared_prompts_match_unshared(workdir):
-    """Two GRPO steps (two updates each, a KL term in the loss, shuffle off so both see the same mini-batches):
-    the same metrics and weights with and without shared prompts."""
+    """Two GRPO steps (two updates each, so old log-probs are recomputed; a KL term in the loss, so the reference
+    scores; shuffle off so both see the same mini-batches): the same metrics and weights with and without shared
+    prompts, in the update and in both log-prob passes."""
     from mindrl.trainer import RLTrainer
     out = {}
     for share in ("true", "false"):

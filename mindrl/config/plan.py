@@ -466,8 +466,12 @@ class RunPlan:
         out.append(f"         layout {b.train.text()}: per rank {_count(b.micro_batches_per_update, 'micro-batch')} of "
                    f"{_count(b.micro_batch, 'response')} per update")
         if b.shared_prompt:
-            out.append(f"         each prompt computed once for its {b.samples_per_prompt} samples (one packed row per "
-                       f"group; rl_config.share_prompt)")
+            n = b.samples_per_prompt
+            passes = ", ".join(["update"] + [what for what, micro in (("old-log-prob", b.logprob_micro_batch),
+                                                                      ("reference", b.ref_micro_batch))
+                                             if micro and micro % n == 0])
+            out.append(f"         each prompt computed once for its {n} samples (one packed row per group; "
+                       f"rl_config.share_prompt) in the passes: {passes}")
         elif b.unshared_why and b.samples_per_prompt > 1:
             out.append(f"         each response's row holds its prompt: {b.unshared_why} (rl_config.share_prompt)")
         if b.ptx_rows_per_update:

@@ -6,6 +6,7 @@ from mindspore import nn, ops
 
 from mindrl.algorithms.losses import ActorLoss
 from mindrl.models.scoring import LogProbsAndEntropy
+from mindrl.trainer.inputs import INPUTS
 
 
 class ResponseLogProbs(nn.Cell):
@@ -73,6 +74,20 @@ def pack_groups(input_ids, attention_mask, response_width: int, group: int):
             np.concatenate([mask[:, 0, :p], seg.reshape(k, group * r)], 1))
 
 
+def pack_arrays(arrays, group: int) -> dict:
+    """A graph's inputs by name (trainer/inputs.py), one row per response -> packed groups: ``input_ids`` and
+    ``attention_mask`` by :func:`pack_groups`, every per-response array [N, R] as [N / group, group, R]."""
+    r = next(a.shape[1] for n, a in arrays.items() if INPUTS[n].width == "response")
+    out = {n: a.reshape(-1, group, r) for n, a in arrays.items() if n not in ("input_ids", "attention_mask")}
+    out["input_ids"], out["attention_mask"] = pack_groups(arrays["input_ids"], arrays["attention_mask"], r, group)
+    return out
+
+
+def log_prob_scorer(lm, temperature: float, group: int):
+    """The log-prob pass of response tokens: over packed groups when ``group`` > 0, else one row per response."""
+    return SharedPromptLogProbs(lm, temperature, group) if group else ResponseLogProbs(lm, temperature)
+
+
 class ActorLossCell(nn.Cell):
     """(input_ids, attention_mask, loss_mask, old_log_probs, advantages, ref_log_probs, denominator) ->
     (loss, pg_loss, pg_clipfrac, ppo_kl, kl_loss, entropy)."""
@@ -85,7 +100,7 @@ class ActorLossCell(nn.Cell):
         [K, group, R]), whose prompt is computed once (SharedPromptLogProbs)."""
         super().__init__(auto_prefix=False)
         self.group = int(group)
-        self.scorer = SharedPromptLogProbs(lm, temperature, group) if group else ResponseLogProbs(lm, temperature)
+        self.scorer = log_prob_scorer(lm, temperature, group)
         self.loss = actor_loss
         self.entropy_in_loss = entropy_in_loss
 

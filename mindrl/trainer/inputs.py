@@ -89,6 +89,14 @@ def dummy_inputs(names: Tuple[str, ...], rows: int, sequence: int, response: int
     return {n: np.zeros(widths[INPUTS[n].width], INPUTS[n].dtype) for n in names}
 
 
+def grouped_dummy_inputs(names: Tuple[str, ...], groups: int, group: int, prompt: int,
+                         response: int) -> Dict[str, np.ndarray]:
+    """:func:`dummy_inputs` of packed groups (trainer/actor_graphs.py ``pack_arrays``): ``groups`` rows of
+    prompt + group x response tokens, the per-response inputs [groups, group, response]."""
+    arrays = dummy_inputs(names, groups, prompt + group * response, group * response)
+    return {n: a.reshape(groups, group, response) if INPUTS[n].width == "response" else a for n, a in arrays.items()}
+
+
 def tensors(names: Tuple[str, ...], arrays: Mapping[str, np.ndarray], what: str = "inputs") -> list:
     """:func:`ordered` as MindSpore tensors."""
     return [Tensor(a) for a in ordered(names, arrays, what)]

@@ -26,7 +26,8 @@ from mindrl.parallel.strategy import save_rank_checkpoint, write_strategy_files
 from mindrl.parallel.topology import shard_rows
 from mindrl.trainer import checkpoint as ck
 from mindrl.trainer.context import seed_from
-from mindrl.trainer.inputs import dummy_inputs, input_names, tensors
+from mindrl.trainer.actor_graphs import pack_arrays
+from mindrl.trainer.inputs import dummy_inputs, grouped_dummy_inputs, input_names, tensors
 from mindrl.trainer.updater import Updater, update_epochs
 
 log = logging.getLogger("mindrl.train")
@@ -113,23 +114,36 @@ def load_adapters(net, directory: str, names) -> None:
         params[name].set_data(ms.Tensor(np.ascontiguousarray(local, np.float32), dtype=params[name].dtype))
 
 
-def score_in_shares(cell, exp, layout: Layout, exchange, micro_batch: int) -> np.ndarray:
+def score_in_shares(cell, exp, layout: Layout, exchange, micro_batch: int, group: int = 0) -> np.ndarray:
     """Run a scoring ``cell`` on this data-parallel replica's rows of ``exp`` in micro-batches, then give every
-    rank the whole batch's result (replica order). The cell's inputs are ``exp``'s fields of the same names."""
+    rank the whole batch's result (replica order). The cell's inputs are ``exp``'s fields of the same names,
+    packed into groups of ``group`` responses to one prompt when ``group`` > 0 (actor_graphs.pack_arrays)."""
     names = input_names(cell)
     mine = exp.select(shard_rows(len(exp), layout))
     out = []
     for s in range(0, len(mine), micro_batch):
         rows = mine.select(slice(s, s + micro_batch))
-        res = cell(*tensors(names, {n: getattr(rows, n) for n in names}, type(cell).__name__))
+        arrays = {n: getattr(rows, n) for n in names}
+        res = cell(*tensors(names, pack_arrays(arrays, group) if group else arrays, type(cell).__name__))
         out.append((res[0] if isinstance(res, tuple) else res).asnumpy())
     return exchange.from_each(np.concatenate(out), layout)
 
 
-def compile_scorer(cell, rows: int, prompt_width: int, response_width: int) -> None:
-    """Compile a scoring ``cell`` for micro-batches of ``rows`` rows at these widths."""
+def compile_scorer(cell, rows: int, prompt_width: int, response_width: int, group: int = 0) -> None:
+    """Compile a scoring ``cell`` for micro-batches of ``rows`` rows at these widths (packed groups of ``group``
+    when > 0)."""
     names = input_names(cell)
-    cell.compile(*tensors(names, dummy_inputs(names, rows, prompt_width + response_width, response_width)))
+    arrays = grouped_dummy_inputs(names, rows // group, group, prompt_width, response_width) if group else \
+        dummy_inputs(names, rows, prompt_width + response_width, response_width)
+    cell.compile(*tensors(names, arrays))
+
+
+def scoring_group(plan, micro_batch: int) -> int:
+    """Responses per packed group of a log-prob pass in micro-batches of ``micro_batch`` (0: one row each): the
+    samples of a prompt, when the update shares prompts (the same whole-group shares) and the micro-batch holds
+    whole groups."""
+    n = plan.batch.samples_per_prompt
+    return n if plan.batch.shared_prompt and micro_batch % n == 0 else 0
 
 
 def gathered_state(net, layout) -> dict:
@@ -223,12 +237,8 @@ class TrainedNetwork:
         if not group:
             self.updater.compile(self.spec.micro_batch, prompt_width + response_width, response_width)
             return
-        k = self.spec.micro_batch // group
-        arrays = dummy_inputs(self.updater.accumulate.inputs, k, prompt_width + group * response_width,
-                              group * response_width)  # the per-response ones [k, group * R] -> [k, group, R]
-        arrays = {n: a.reshape(k, group, response_width) if n not in ("input_ids", "attention_mask") else a
-                  for n, a in arrays.items()}
-        self.updater.compile(arrays=arrays)
+        self.updater.compile(arrays=grouped_dummy_inputs(self.updater.accumulate.inputs, self.spec.micro_batch // group,
+                                                         group, prompt_width, response_width))
 
     def state_dict(self) -> dict:
         """This rank's trained weights as numpy, HF names and orientation (full tensors at tp=1)."""

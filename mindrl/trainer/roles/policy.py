@@ -13,8 +13,9 @@ import numpy as np
 from mindrl.algorithms.losses import ActorLoss
 from mindrl.parallel.reshard import Resharder
 from mindrl.rollout.generator import Generator
-from mindrl.trainer.actor_graphs import ActorLossCell, ResponseLogProbs, pack_groups
-from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, compile_scorer, score_in_shares
+from mindrl.trainer.actor_graphs import ActorLossCell, log_prob_scorer, pack_arrays
+from mindrl.trainer.roles.base import (Stage, TrainedNetwork, build_net, compile_scorer, score_in_shares,
+                                       scoring_group)
 
 log = logging.getLogger("mindrl.train")
 
@@ -46,7 +47,9 @@ class Policy(TrainedNetwork):
         self.group = plan.batch.samples_per_prompt if plan.batch.shared_prompt else 0
         self.loss_cell = ActorLossCell(self.net, ActorLoss(**dataclasses.asdict(loss)), ro.temperature,
                                        loss.entropy_coeff > 0, self.group)
-        self.scorer = ResponseLogProbs(self.net, ro.temperature) if self.group else self.loss_cell.scorer
+        self.scoring_group = scoring_group(plan, spec.scoring_micro_batch)
+        self.scorer = self.loss_cell.scorer if self.scoring_group == self.group else \
+            log_prob_scorer(self.net, ro.temperature, self.scoring_group)
         self._train_with(self.loss_cell)
         self.ptx = ptx(run, self.net, self.net.trainable_params(), self.updater.accumulate.accum) if ptx else None
 
@@ -60,7 +63,8 @@ class Policy(TrainedNetwork):
 
     def log_probs(self, exp) -> np.ndarray:
         """Log-probs of ``exp``'s response tokens under the current train weights, [N, R] on every rank."""
-        return score_in_shares(self.scorer, exp, self.layout, self.run.exchange, self.spec.scoring_micro_batch)
+        return score_in_shares(self.scorer, exp, self.layout, self.run.exchange, self.spec.scoring_micro_batch,
+                               self.scoring_group)
 
     def update_arrays(self, exp):
         """(the loss cell's inputs, the loss mask) for ``exp``: one row per response, or with shared prompts one
@@ -72,10 +76,7 @@ class Policy(TrainedNetwork):
                   "advantages": exp.advantages if exp.tis_weight is None else exp.advantages * exp.tis_weight}
         if not self.group:
             return arrays, exp.loss_mask
-        r, g = exp.loss_mask.shape[1], self.group
-        ids, segments = pack_groups(arrays.pop("input_ids"), arrays.pop("attention_mask"), r, g)
-        arrays = {k: v.reshape(-1, g, r) for k, v in arrays.items()}
-        arrays.update(input_ids=ids, attention_mask=segments)
+        arrays = pack_arrays(arrays, self.group)
         return arrays, arrays["loss_mask"]
 
     def update(self, exp, step: int) -> dict:
@@ -102,4 +103,4 @@ class Policy(TrainedNetwork):
         self._compile_update(prompt_width, response_width, self.group)
         if self.ptx is not None:
             self.ptx.compile()
-        compile_scorer(self.scorer, self.spec.scoring_micro_batch, prompt_width, response_width)
+        compile_scorer(self.scorer, self.spec.scoring_micro_batch, prompt_width, response_width, self.scoring_group)

@@ -8,8 +8,8 @@ from typing import List
 import numpy as np
 
 from mindrl.parallel.reshard import rename_parameters
-from mindrl.trainer.actor_graphs import ResponseLogProbs
-from mindrl.trainer.roles.base import Stage, build_net, compile_scorer, load_weights, score_in_shares
+from mindrl.trainer.actor_graphs import log_prob_scorer
+from mindrl.trainer.roles.base import Stage, build_net, compile_scorer, load_weights, score_in_shares, scoring_group
 
 log = logging.getLogger("mindrl.train")
 
@@ -32,16 +32,17 @@ class Reference:
                 log.info("reference weights loaded from %s", source)
             rename_parameters(self.net, "ref")  # after loading: files name the parameters without the prefix
         self.net.set_train(False)
-        self.scorer = ResponseLogProbs(self.net, run.plan.rollout.temperature)
+        self.group = scoring_group(run.plan, spec.micro_batch)  # > 0: each prompt once per group (pack_arrays)
+        self.scorer = log_prob_scorer(self.net, run.plan.rollout.temperature, self.group)
 
     def log_probs(self, exp) -> np.ndarray:
-        return score_in_shares(self.scorer, exp, self.layout, self.run.exchange, self.spec.micro_batch)
+        return score_in_shares(self.scorer, exp, self.layout, self.run.exchange, self.spec.micro_batch, self.group)
 
     def stages(self) -> List[Stage]:
         return [Stage("train_ref", self.net, self.layout)]
 
     def compile(self, prompt_width: int, response_width: int) -> None:
-        compile_scorer(self.scorer, self.spec.micro_batch, prompt_width, response_width)
+        compile_scorer(self.scorer, self.spec.micro_batch, prompt_width, response_width, self.group)
 
 
 def share_base(net, adapted) -> None:
