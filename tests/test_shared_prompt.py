@@ -26,9 +26,11 @@ def grouped_rows(rng, vocab, groups, group, prompt, response):
     return ids, mask, mask[:, prompt:].astype(np.float32)
 
 
-def test_packed_groups_give_the_rows_log_probs_and_gradients(tmp_path, rng):
+@pytest.mark.parametrize("recompute", [False, True])
+def test_packed_groups_give_the_rows_log_probs_and_gradients(tmp_path, rng, recompute):
     """The reference is the unpacked update graph (ResponseLogProbs, itself held against PyTorch's gradients in
-    test_model_grads.py); every output at a real token and every gradient must agree."""
+    test_model_grads.py); every output at a real token and every gradient must agree, also with the layers'
+    activation recompute (recompute_config.recompute) on."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
     from conftest import make_hf_checkpoint
@@ -39,6 +41,9 @@ def test_packed_groups_give_the_rows_log_probs_and_gradients(tmp_path, rng):
     make_hf_checkpoint(tmp_path, "qwen2", hidden_size=32, intermediate_size=64, num_attention_heads=4,
                        num_key_value_heads=2, num_hidden_layers=2)
     lm = from_pretrained(str(tmp_path)).net
+    if recompute:
+        for layer in lm.model.layers:
+            layer.recompute()
     groups, group, prompt, response = 2, 3, 7, 5
     ids, mask, rmask = grouped_rows(rng, lm.config.vocab_size, groups, group, prompt, response)
     weights = rng.uniform(0.5, 1.5, size=rmask.shape).astype(np.float32) * rmask

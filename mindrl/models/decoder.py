@@ -248,6 +248,22 @@ class Attention(nn.Cell):
         v = v.transpose(0, 2, 1, 3)
         return self.o_proj(self._attend(q, k, v, mask))
 
+    def shared_prompt(self, xp, xr, on_p, on_r, group):
+        """The prompt rows ``xp`` [K, P, H] attend to themselves; each response row of ``xr`` [K*G, R, H] to its
+        group's prompt keys and its own (DecoderLayer's shared-prompt form)."""
+        qp, kp, vp = self._qkv(xp, on_p[0], on_p[1])
+        qr, kr, vr = self._qkv(xr, on_r[0], on_r[1])
+        k, p, n, d = kp.shape
+        kp, vp = kp.transpose(0, 2, 1, 3), vp.transpose(0, 2, 1, 3)   # [K, KV, P, d]
+        out_p = self.o_proj(self._attend(qp, kp, vp, on_p[2]))
+
+        def per_response(x):  # the group's prompt keys or values, once per response row: [K*G, KV, P, d]
+            return ops.broadcast_to(x.reshape(k, 1, n, p, d), (k, group, n, p, d)).reshape(k * group, n, p, d)
+
+        k_all = ops.concat((per_response(kp), kr.transpose(0, 2, 1, 3)), 2)
+        v_all = ops.concat((per_response(vp), vr.transpose(0, 2, 1, 3)), 2)
+        return out_p, self.o_proj(self._attend(qr, k_all, v_all, on_r[2]))
+
     def prefill(self, x, cos, sin, mask, k_cache, v_cache, rows):
         """Full attention over the prompt, and write its K/V into cache rows `rows`, slots [0, S)."""
         q, k, v = self._qkv(x, cos, sin)
@@ -301,8 +317,20 @@ class DecoderLayer(nn.Cell):
         self.mlp = MLP(cfg, tp, cdt, pdt, seed)
 
     def construct(self, x, cos, sin, mask):
+        """``x`` [B, T, H]; or for Backbone.shared_prompt_forward a pair (prompt rows, response rows) with a pair of
+        each other input, one per part: through the cell call, so that recompute applies to both forms."""
+        if isinstance(x, tuple):
+            return self._shared_prompt(x[0], x[1], (cos[0], sin[0], mask[0]), (cos[1], sin[1], mask[1]))
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def _shared_prompt(self, xp, xr, on_p, on_r):
+        """The prompt rows ``xp`` [K, P, H] and the response rows ``xr`` [K*G, R, H]; ``on_p`` and ``on_r`` their
+        (cos, sin, mask)."""
+        ap, ar = self.self_attn.shared_prompt(self.input_layernorm(xp), self.input_layernorm(xr), on_p, on_r,
+                                              xr.shape[0] // xp.shape[0])
+        xp, xr = xp + ap, xr + ar
+        return xp + self.mlp(self.post_attention_layernorm(xp)), xr + self.mlp(self.post_attention_layernorm(xr))
 
     def prefill(self, x, cos, sin, mask, k_cache, v_cache, rows):
         x = x + self.self_attn.prefill(self.input_layernorm(x), cos, sin, mask, k_cache, v_cache, rows)
@@ -345,20 +373,18 @@ class Backbone(nn.Cell):
     def _embed(self, input_ids):
         return self.embed_tokens(input_ids).astype(self.cdt)
 
-    def _allowed_and_positions(self, mask_i, shared_prompt=False):
+    def _allowed_and_positions(self, mask_i):
         """[B, T, T]: 1 where query i may attend to key j; [B, T]: each token's position."""
         b, t = mask_i.shape
         causal = ops.broadcast_to(ops.tril(ops.ones((t, t), ms.int32)).reshape(1, t, t), (b, t, t))
-        if self.segment_attention or shared_prompt:
-            same = ops.equal(mask_i.reshape(b, t, 1), mask_i.reshape(b, 1, t))
-            if shared_prompt:  # segment 1, the group's prompt, is seen by every segment after it
-                same = ops.logical_or(same, ops.equal(mask_i, 1).reshape(b, 1, t))
-            same = ops.logical_and(same, (mask_i > 0).reshape(b, 1, t))
+        if self.segment_attention:
+            same = ops.logical_and(ops.equal(mask_i.reshape(b, t, 1), mask_i.reshape(b, 1, t)),
+                                   (mask_i > 0).reshape(b, 1, t))
             allowed = causal * same.astype(ms.int32)
             return allowed, ops.relu(allowed.astype(ms.float32).sum(-1).astype(ms.int32) - 1)
         return causal * ops.broadcast_to(mask_i.reshape(-1, 1, t), (b, t, t)), ops.relu(ops.cumsum(mask_i, 1) - 1)
 
-    def _rope_and_mask(self, attention_mask, shared_prompt=False):
+    def _rope_and_mask(self, attention_mask):
         """Rotary tables at each token's position (padding skipped), as (for q, for k) pairs, q's scaled by the
         attention scale 1/sqrt(d) (one multiply per forward instead of one per layer), and the additive
         causal+padding mask at the attention scores' shape [B, KV, R*T, T] (R query heads per KV head; see
@@ -366,37 +392,64 @@ class Backbone(nn.Cell):
 
         With ``segment_attention``, the mask holds segments instead (1, 2, ... left to right, 0 = padding): a token
         sees the earlier tokens of its own segment only, and its position counts from its segment's first token, so
-        each segment is computed as if it were a row of its own. ``shared_prompt``: segment 1 is a prompt every later
-        segment continues (see :meth:`shared_prompt_forward`)."""
-        allowed, positions = self._allowed_and_positions(attention_mask.astype(ms.int32), shared_prompt)
+        each segment is computed as if it were a row of its own."""
+        allowed, positions = self._allowed_and_positions(attention_mask.astype(ms.int32))
+        cos, sin = self._tables(positions)
+        return cos, sin, self._scores_mask(allowed)
+
+    def _tables(self, positions):
+        """Rotary (cos, sin) at ``positions`` [B, T], each a (for q, for k) pair at q's and k's full shapes, q's
+        scaled by 1/sqrt(d): once for every layer (see models/broadcast.py); constants of the step, so no gradient
+        is formed for them (each layer's would be summed)."""
         cos, sin = self._rope(positions)
-        b, t, d = cos.shape[0], allowed.shape[-1], cos.shape[-1]
-        add_mask = ops.select(allowed > 0, ops.zeros(allowed.shape, ms.float32),
-                              ops.full(allowed.shape, NEG_INF, dtype=ms.float32))
-        rep = self.config.num_heads // self.config.n_kv_heads
-        mask = ops.broadcast_to(ops.tile(add_mask.reshape(b, 1, t, t), (1, 1, rep, 1)),
-                                (b, self.local_kv_heads, rep * t, t))
-        # the mask and the rotary tables at the scores', q's and k's full shapes, once for every layer (see
-        # models/broadcast.py); constants of the step: no gradient is formed for them (each layer's would be summed)
+        b, t, d = cos.shape[0], cos.shape[1], cos.shape[-1]
         tables = []
         for table in (cos, sin):
             tables.append((ops.stop_gradient(ops.broadcast_to(table * self.q_scale, (b, t, self.local_heads, d))),
                            ops.stop_gradient(ops.broadcast_to(table, (b, t, self.local_kv_heads, d)))))
-        return tables[0], tables[1], ops.stop_gradient(mask)
+        return tables[0], tables[1]
+
+    def _scores_mask(self, allowed):
+        """[B, S, L] 1/0 -> the additive mask at the attention scores' shape [B, KV, R*S, L]."""
+        b, s, length = allowed.shape
+        add_mask = ops.select(allowed > 0, ops.zeros(allowed.shape, ms.float32),
+                              ops.full(allowed.shape, NEG_INF, dtype=ms.float32))
+        rep = self.config.num_heads // self.config.n_kv_heads
+        mask = ops.broadcast_to(ops.tile(add_mask.reshape(b, 1, s, length), (1, 1, rep, 1)),
+                                (b, self.local_kv_heads, rep * s, length))
+        return ops.stop_gradient(mask)
 
     def construct(self, input_ids, attention_mask):
         """input_ids/attention_mask [B, T] (mask 1 = real token; padding may be on either side)."""
-        return self._forward(input_ids, attention_mask, False)
+        return self._forward(input_ids, attention_mask)
 
-    def shared_prompt_forward(self, input_ids, segments):
-        """One packed row per group of responses to one prompt: [prompt | response 1 | ... | response G], with
-        ``segments`` 1 on the prompt's tokens, j + 1 on response j's and 0 on padding. Every response attends to the
-        prompt and to its own earlier tokens at the positions it has in its own row, so each hidden state equals
-        the one of the unpacked row [prompt | response j]; the prompt is computed once for the G responses."""
-        return self._forward(input_ids, segments, True)
+    def shared_prompt_forward(self, input_ids, segments, group: int, response: int):
+        """Packed groups of responses to one prompt each: rows [prompt (P) | response 1 | ... | response G (R each)]
+        (trainer/actor_graphs.py pack_groups; ``segments`` > 0 on real tokens) -> (prompt hidden states [K, P, H],
+        response hidden states [K*G, R, H]). The prompt goes through every layer once; each response attends to the
+        prompt's keys and its own, at the positions it has in the unpacked row [prompt | response], so every hidden
+        state is that row's. Attention costs what it costs unpacked: scores [K*G, R, P + R], never the packed
+        row's square."""
+        k, t = input_ids.shape
+        p = t - group * response
+        real = (segments > 0).astype(ms.int32)
+        pm, rm = real[:, :p], real[:, p:].reshape(k * group, response)
+        prompt_len = ops.broadcast_to(pm.sum(1).reshape(k, 1), (k, group)).reshape(k * group, 1)
+        cos_p, sin_p = self._tables(ops.relu(ops.cumsum(pm, 1) - 1))
+        cos_r, sin_r = self._tables(ops.relu(ops.cumsum(rm, 1) - 1) + prompt_len)
+        causal_p = ops.tril(ops.ones((p, p), ms.int32)).reshape(1, p, p)
+        causal_r = ops.tril(ops.ones((response, response), ms.int32)).reshape(1, response, response)
+        mask_p = self._scores_mask(causal_p * pm.reshape(k, 1, p))
+        sees_prompt = ops.broadcast_to(pm.reshape(k, 1, 1, p), (k, group, response, p)).reshape(k * group, response, p)
+        mask_r = self._scores_mask(ops.concat((sees_prompt, causal_r * rm.reshape(k * group, 1, response)), -1))
+        h_p = self._embed(input_ids[:, :p])
+        h_r = self._embed(input_ids[:, p:].reshape(k * group, response))
+        for layer in self.layers:
+            h_p, h_r = layer((h_p, h_r), (cos_p, cos_r), (sin_p, sin_r), (mask_p, mask_r))
+        return self.norm(h_p), self.norm(h_r)
 
-    def _forward(self, input_ids, attention_mask, shared_prompt):
-        cos, sin, add_mask = self._rope_and_mask(attention_mask, shared_prompt)
+    def _forward(self, input_ids, attention_mask):
+        cos, sin, add_mask = self._rope_and_mask(attention_mask)
         h = self._embed(input_ids)
         for layer in self.layers:
             h = layer(h, cos, sin, add_mask)

@@ -45,18 +45,17 @@ class SharedPromptLogProbs(nn.Cell):
 
     def construct(self, input_ids, attention_mask, response_mask):
         g, r = self.group, response_mask.shape[-1]
-        p = input_ids.shape[1] - g * r
-        j = ops.arange(g).reshape(g, 1)
-        t = ops.arange(r).reshape(1, r)
-        target = p + j * r + t                             # where response j's token t sits in the packed row
-        before = target - 1 - ops.equal(t, 0).astype(target.dtype) * (j * r)  # the token before it: p - 1 at t = 0
-        h = self.lm.model.shared_prompt_forward(input_ids, attention_mask)
-        h = ops.gather(h, before.reshape(-1), 1)           # [K, G*R, H]
-        h = h.reshape(-1, r, h.shape[-1])
+        k, p = input_ids.shape[0], input_ids.shape[1] - g * r
+        h_p, h_r = self.lm.model.shared_prompt_forward(input_ids, attention_mask, g, r)
+        # response token t is predicted from the token before it: the prompt's last for t = 0, its own t - 1 after
+        last = ops.broadcast_to(h_p[:, p - 1:p].reshape(k, 1, 1, -1), (k, g, 1, h_p.shape[-1]))
+        h = last.reshape(k * g, 1, -1)
+        if r > 1:
+            h = ops.concat((h, h_r[:, :r - 1]), 1)
         logits = self.lm.head(h)
         if self.inv_t != 1.0:
             logits = logits * self.inv_t
-        return self.stats(logits, ops.gather(input_ids, target.reshape(-1), 1).reshape(-1, r))
+        return self.stats(logits, input_ids[:, p:].reshape(k * g, r))
 
 
 def pack_groups(input_ids, attention_mask, response_width: int, group: int):
