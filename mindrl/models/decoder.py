@@ -248,21 +248,26 @@ class Attention(nn.Cell):
         v = v.transpose(0, 2, 1, 3)
         return self.o_proj(self._attend(q, k, v, mask))
 
-    def shared_prompt(self, xp, xr, on_p, on_r, group):
-        """The prompt rows ``xp`` [K, P, H] attend to themselves; each response row of ``xr`` [K*G, R, H] to its
-        group's prompt keys and its own (DecoderLayer's shared-prompt form)."""
-        qp, kp, vp = self._qkv(xp, on_p[0], on_p[1])
-        qr, kr, vr = self._qkv(xr, on_r[0], on_r[1])
-        k, p, n, d = kp.shape
-        kp, vp = kp.transpose(0, 2, 1, 3), vp.transpose(0, 2, 1, 3)   # [K, KV, P, d]
-        out_p = self.o_proj(self._attend(qp, kp, vp, on_p[2]))
+    def shared_prompt(self, x, cos, sin, mask_p, mask_r):
+        """``x`` [1, K*P + K*G*R, H]: K prompts of P tokens, then their K*G responses of R tokens; ``mask_p``
+        [K, KV, rep*P, P] and ``mask_r`` [K*G, KV, rep*R, P + R] (Backbone.shared_prompt_forward). The projections
+        run on all tokens at once; each prompt attends to itself, each response to its prompt's keys and its own."""
+        k, p = mask_p.shape[0], mask_p.shape[-1]
+        g, r = mask_r.shape[0] // k, mask_r.shape[-1] - p
+        n, d = self.n_kv, self.head_dim
+        q, kx, vx = self._qkv(x, cos, sin)
+        split = k * p
+        kp = kx[:, :split].reshape(k, p, n, d).transpose(0, 2, 1, 3)   # [K, KV, P, d]
+        vp = vx[:, :split].reshape(k, p, n, d).transpose(0, 2, 1, 3)
+        out_p = self._attend(q[:, :split].reshape(k, p, self.n_heads, d), kp, vp, mask_p)
 
-        def per_response(x):  # the group's prompt keys or values, once per response row: [K*G, KV, P, d]
-            return ops.broadcast_to(x.reshape(k, 1, n, p, d), (k, group, n, p, d)).reshape(k * group, n, p, d)
+        def with_prompt(own, prompt):  # [K*G, KV, P + R, d]: the group's prompt keys (values), then the response's
+            prompt = ops.broadcast_to(prompt.reshape(k, 1, n, p, d), (k, g, n, p, d)).reshape(k * g, n, p, d)
+            return ops.concat((prompt, own[:, split:].reshape(k * g, r, n, d).transpose(0, 2, 1, 3)), 2)
 
-        k_all = ops.concat((per_response(kp), kr.transpose(0, 2, 1, 3)), 2)
-        v_all = ops.concat((per_response(vp), vr.transpose(0, 2, 1, 3)), 2)
-        return out_p, self.o_proj(self._attend(qr, k_all, v_all, on_r[2]))
+        out_r = self._attend(q[:, split:].reshape(k * g, r, self.n_heads, d), with_prompt(kx, kp),
+                             with_prompt(vx, vp), mask_r)
+        return self.o_proj(ops.concat((out_p.reshape(1, split, -1), out_r.reshape(1, k * g * r, -1)), 1))
 
     def prefill(self, x, cos, sin, mask, k_cache, v_cache, rows):
         """Full attention over the prompt, and write its K/V into cache rows `rows`, slots [0, S)."""
@@ -317,20 +322,14 @@ class DecoderLayer(nn.Cell):
         self.mlp = MLP(cfg, tp, cdt, pdt, seed)
 
     def construct(self, x, cos, sin, mask):
-        """``x`` [B, T, H]; or for Backbone.shared_prompt_forward a pair (prompt rows, response rows) with a pair of
-        each other input, one per part: through the cell call, so that recompute applies to both forms."""
-        if isinstance(x, tuple):
-            return self._shared_prompt(x[0], x[1], (cos[0], sin[0], mask[0]), (cos[1], sin[1], mask[1]))
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        """``x`` [B, T, H]; for Backbone.shared_prompt_forward the tokens of all prompts and responses in one row,
+        with ``mask`` the pair (prompts' mask, responses' mask): only attention tells the parts apart."""
+        h = self.input_layernorm(x)
+        if isinstance(mask, tuple):
+            x = x + self.self_attn.shared_prompt(h, cos, sin, mask[0], mask[1])
+        else:
+            x = x + self.self_attn(h, cos, sin, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
-
-    def _shared_prompt(self, xp, xr, on_p, on_r):
-        """The prompt rows ``xp`` [K, P, H] and the response rows ``xr`` [K*G, R, H]; ``on_p`` and ``on_r`` their
-        (cos, sin, mask)."""
-        ap, ar = self.self_attn.shared_prompt(self.input_layernorm(xp), self.input_layernorm(xr), on_p, on_r,
-                                              xr.shape[0] // xp.shape[0])
-        xp, xr = xp + ap, xr + ar
-        return xp + self.mlp(self.post_attention_layernorm(xp)), xr + self.mlp(self.post_attention_layernorm(xr))
 
     def prefill(self, x, cos, sin, mask, k_cache, v_cache, rows):
         x = x + self.self_attn.prefill(self.input_layernorm(x), cos, sin, mask, k_cache, v_cache, rows)
@@ -428,25 +427,26 @@ class Backbone(nn.Cell):
         (trainer/actor_graphs.py pack_groups; ``segments`` > 0 on real tokens) -> (prompt hidden states [K, P, H],
         response hidden states [K*G, R, H]). The prompt goes through every layer once; each response attends to the
         prompt's keys and its own, at the positions it has in the unpacked row [prompt | response], so every hidden
-        state is that row's. Attention costs what it costs unpacked: scores [K*G, R, P + R], never the packed
-        row's square."""
+        state is that row's. Attention costs what it costs unpacked (scores [K*G, R, P + R], never the packed row's
+        square), and every other layer runs on all K*P + K*G*R tokens at once."""
         k, t = input_ids.shape
         p = t - group * response
         real = (segments > 0).astype(ms.int32)
         pm, rm = real[:, :p], real[:, p:].reshape(k * group, response)
         prompt_len = ops.broadcast_to(pm.sum(1).reshape(k, 1), (k, group)).reshape(k * group, 1)
-        cos_p, sin_p = self._tables(ops.relu(ops.cumsum(pm, 1) - 1))
-        cos_r, sin_r = self._tables(ops.relu(ops.cumsum(rm, 1) - 1) + prompt_len)
+        positions = ops.concat((ops.relu(ops.cumsum(pm, 1) - 1).reshape(1, k * p),
+                                (ops.relu(ops.cumsum(rm, 1) - 1) + prompt_len).reshape(1, k * group * response)), 1)
+        cos, sin = self._tables(positions)
         causal_p = ops.tril(ops.ones((p, p), ms.int32)).reshape(1, p, p)
         causal_r = ops.tril(ops.ones((response, response), ms.int32)).reshape(1, response, response)
         mask_p = self._scores_mask(causal_p * pm.reshape(k, 1, p))
         sees_prompt = ops.broadcast_to(pm.reshape(k, 1, 1, p), (k, group, response, p)).reshape(k * group, response, p)
         mask_r = self._scores_mask(ops.concat((sees_prompt, causal_r * rm.reshape(k * group, 1, response)), -1))
-        h_p = self._embed(input_ids[:, :p])
-        h_r = self._embed(input_ids[:, p:].reshape(k * group, response))
+        h = self._embed(ops.concat((input_ids[:, :p].reshape(1, k * p), input_ids[:, p:].reshape(1, -1)), 1))
         for layer in self.layers:
-            h_p, h_r = layer((h_p, h_r), (cos_p, cos_r), (sin_p, sin_r), (mask_p, mask_r))
-        return self.norm(h_p), self.norm(h_r)
+            h = layer(h, cos, sin, (mask_p, mask_r))
+        h = self.norm(h)
+        return h[:, :k * p].reshape(k, p, -1), h[:, k * p:].reshape(k * group, response, -1)
 
     def _forward(self, input_ids, attention_mask):
         cos, sin, add_mask = self._rope_and_mask(attention_mask)
