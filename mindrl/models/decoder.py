@@ -420,7 +420,11 @@ class Backbone(nn.Cell):
 
     def construct(self, input_ids, attention_mask):
         """input_ids/attention_mask [B, T] (mask 1 = real token; padding may be on either side)."""
-        return self._forward(input_ids, attention_mask)
+        cos, sin, add_mask = self._rope_and_mask(attention_mask)
+        h = self._embed(input_ids)
+        for layer in self.layers:
+            h = layer(h, cos, sin, add_mask)
+        return self.norm(h)
 
     def shared_prompt_forward(self, input_ids, segments, group: int, response: int):
         """Packed groups of responses to one prompt each: rows [prompt (P) | response 1 | ... | response G (R each)]
@@ -447,13 +451,6 @@ class Backbone(nn.Cell):
             h = layer(h, cos, sin, (mask_p, mask_r))
         h = self.norm(h)
         return h[:, :k * p].reshape(k, p, -1), h[:, k * p:].reshape(k * group, response, -1)
-
-    def _forward(self, input_ids, attention_mask):
-        cos, sin, add_mask = self._rope_and_mask(attention_mask)
-        h = self._embed(input_ids)
-        for layer in self.layers:
-            h = layer(h, cos, sin, add_mask)
-        return self.norm(h)
 
 
 class CausalLM(nn.Cell):

@@ -227,8 +227,9 @@ class TrainedNetwork:
         mean of each metric and of the gradient norm."""
         spec, seed, per = self.spec, self.run.seed, group or 1
         order_seed = (lambda epoch: seed_from(seed, step, epoch, *seed_salt)) if spec.shuffle else None
-        return update_epochs(self.updater, arrays, loss_mask, epochs=spec.epochs, mini_batch=spec.rows_per_update // per,
-                             micro_batch=spec.micro_batch // per, loss_agg_mode=spec.loss.loss_agg_mode, layout=self.layout,
+        return update_epochs(self.updater, arrays, loss_mask, epochs=spec.epochs,
+                             mini_batch=spec.rows_per_update // per, micro_batch=spec.micro_batch // per,
+                             loss_agg_mode=spec.loss.loss_agg_mode, layout=self.layout,
                              exchange=self.run.exchange, order_seed=order_seed, lr=self.lr_at(step),
                              extra_terms=extra_terms)
 
@@ -237,8 +238,9 @@ class TrainedNetwork:
         if not group:
             self.updater.compile(self.spec.micro_batch, prompt_width + response_width, response_width)
             return
-        self.updater.compile(arrays=grouped_dummy_inputs(self.updater.accumulate.inputs, self.spec.micro_batch // group,
-                                                         group, prompt_width, response_width))
+        k = self.spec.micro_batch // group
+        self.updater.compile(arrays=grouped_dummy_inputs(self.updater.accumulate.inputs, k, group, prompt_width,
+                                                         response_width))
 
     def state_dict(self) -> dict:
         """This rank's trained weights as numpy, HF names and orientation (full tensors at tp=1)."""
