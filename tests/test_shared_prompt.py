@@ -113,7 +113,9 @@ def test_plan_says_whether_prompts_are_shared_and_refuses_what_cannot_be(workdir
     from mindrl.config.plan import plan_run
     lines = "\n".join(plan_run(make_config(workdir, "p"), 1).lines())
     assert "each prompt computed once for its 4 samples" in lines
-    assert "in the passes: update, old-log-prob, reference" in lines
+    assert "in the passes: update, old-log-prob, reference" in lines  # two updates: old log-probs recomputed
+    one_update = plan_run(make_config(workdir, "p", **{"rl_config.mini_batch_size": 4}), 1).lines()
+    assert "in the passes: update, reference" in "\n".join(one_update)  # the rollout's own: no old-log-prob pass
     lines = "\n".join(plan_run(make_config(workdir, "p", **{"rl_config.micro_batch_size": 2}), 1).lines())
     assert "micro_batch_size 2 is not a multiple of n_samples_per_prompt 4" in lines
     assert not plan_run(make_config(workdir, "p", **{"rl_config.share_prompt": "false"}), 1).batch.shared_prompt

@@ -467,7 +467,8 @@ class RunPlan:
                    f"{_count(b.micro_batch, 'response')} per update")
         if b.shared_prompt:
             n = b.samples_per_prompt
-            passes = ", ".join(["update"] + [what for what, micro in (("old-log-prob", b.logprob_micro_batch),
+            old = b.logprob_micro_batch if b.recompute_old_log_probs else None  # else the rollout's own: no pass
+            passes = ", ".join(["update"] + [what for what, micro in (("old-log-prob", old),
                                                                       ("reference", b.ref_micro_batch))
                                              if micro and micro % n == 0])
             out.append(f"         each prompt computed once for its {n} samples (one packed row per group; "
