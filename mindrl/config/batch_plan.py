@@ -48,6 +48,12 @@ class BatchPlan:
     shared_prompt: bool = False    # the actor's update computes each group's prompt once (rl_config.share_prompt)
     unshared_why: str = ""         # why it does not, when it could not
 
+    def shared_group(self, micro_batch: Optional[int]) -> int:
+        """Responses per packed group of a pass in micro-batches of ``micro_batch`` (0: one row per response): a
+        prompt's samples, when the update shares prompts and the micro-batch holds whole groups."""
+        n = self.samples_per_prompt
+        return n if self.shared_prompt and micro_batch and micro_batch % n == 0 else 0
+
     @property
     def responses(self) -> int:
         return self.prompts * self.samples_per_prompt

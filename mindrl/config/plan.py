@@ -470,7 +470,7 @@ class RunPlan:
             old = b.logprob_micro_batch if b.recompute_old_log_probs else None  # else the rollout's own: no pass
             passes = ", ".join(["update"] + [what for what, micro in (("old-log-prob", old),
                                                                       ("reference", b.ref_micro_batch))
-                                             if micro and micro % n == 0])
+                                             if b.shared_group(micro)])
             out.append(f"         each prompt computed once for its {n} samples (one packed row per group; "
                        f"rl_config.share_prompt) in the passes: {passes}")
         elif b.unshared_why and b.samples_per_prompt > 1:

@@ -28,7 +28,6 @@ _reduce_in_place = ops.MultitypeFuncGraph("reduce_in_place")
 _scaled = ops.MultitypeFuncGraph("scaled")
 _zero_after = ops.MultitypeFuncGraph("zero_after")
 _clear_after = ops.MultitypeFuncGraph("clear_after")
-_all_finite = ops.MultitypeFuncGraph("all_finite")
 
 
 @_add_into.register("Tensor", "Tensor")
@@ -74,7 +73,6 @@ def _clear_after_one(after, g):
     return True
 
 
-@_all_finite.register("Tensor")
 def _all_finite_one(p):
     # z' (P z) with zero vectors z (P: p as a matrix) is NaN exactly when an entry of p is inf or NaN (inf * 0 = NaN),
     # and 0 otherwise: no overflow, however large p is, and no tensor the size of p (IsFinite + ReduceAll took 2.5x
@@ -160,6 +158,7 @@ class ApplyGrad(nn.Cell):
         super().__init__(auto_prefix=False)
         self.accum = accum
         self.opt = optimizer
+        self.all_finite = AllFinite(optimizer.params)
         self.clip = float(clip_grad)
         self.hyper_map = ops.HyperMap()
 
@@ -168,8 +167,7 @@ class ApplyGrad(nn.Cell):
         if self.clip > 0:
             grads = self.hyper_map(ops.partial(_scaled, self.clip / ops.maximum(norm, self.clip)), self.accum)
         done = self.opt(grads, lr)  # only finite gradients get here (GradNorm's check), so g - g is 0
-        finite = ops.addn(self.hyper_map(ops.partial(_finite_after, done), self.opt.params))
-        return ops.depend(finite, self.hyper_map(ops.partial(_clear_after, done), self.accum))
+        return ops.depend(self.all_finite(done), self.hyper_map(ops.partial(_clear_after, done), self.accum))
 
 
 class ResetGrad(nn.Cell):
@@ -186,16 +184,16 @@ class ResetGrad(nn.Cell):
 
 
 class AllFinite(nn.Cell):
-    """How many of ``params`` hold only finite values (checked after each update: a finite gradient applied by a
-    large enough step can still leave inf or NaN weights)."""
+    """How many of ``params`` hold only finite values once ``after`` is computed (ApplyGrad checks after each
+    update: a finite gradient applied by a large enough step can still leave inf or NaN weights)."""
 
     def __init__(self, params):
         super().__init__(auto_prefix=False)
         self.params = ms.ParameterTuple(params)
         self.hyper_map = ops.HyperMap()
 
-    def construct(self):
-        return ops.addn(self.hyper_map(_all_finite, self.params))
+    def construct(self, after):
+        return ops.addn(self.hyper_map(ops.partial(_finite_after, after), self.params))
 
 
 class UpdateLog:

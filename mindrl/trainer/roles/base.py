@@ -138,14 +138,6 @@ def compile_scorer(cell, rows: int, prompt_width: int, response_width: int, grou
     cell.compile(*tensors(names, arrays))
 
 
-def scoring_group(plan, micro_batch: int) -> int:
-    """Responses per packed group of a log-prob pass in micro-batches of ``micro_batch`` (0: one row each): the
-    samples of a prompt, when the update shares prompts (the same whole-group shares) and the micro-batch holds
-    whole groups."""
-    n = plan.batch.samples_per_prompt
-    return n if plan.batch.shared_prompt and micro_batch % n == 0 else 0
-
-
 def gathered_state(net, layout) -> dict:
     """Every parameter of ``net`` as a full numpy tensor in HF orientation (a collective over the tp group)."""
     trans = transposed_names(net)

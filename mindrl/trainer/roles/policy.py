@@ -14,8 +14,7 @@ from mindrl.algorithms.losses import ActorLoss
 from mindrl.parallel.reshard import Resharder
 from mindrl.rollout.generator import Generator
 from mindrl.trainer.actor_graphs import ActorLossCell, log_prob_scorer, pack_arrays
-from mindrl.trainer.roles.base import (Stage, TrainedNetwork, build_net, compile_scorer, score_in_shares,
-                                       scoring_group)
+from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, compile_scorer, score_in_shares
 
 log = logging.getLogger("mindrl.train")
 
@@ -44,10 +43,10 @@ class Policy(TrainedNetwork):
                                    if partial else 0, resume_new_tokens=ro.round_tokens if partial else 0)
         loss = spec.loss
         # shared prompts: the update's rows are packed groups (actor_graphs.pack_groups), one prompt per group
-        self.group = plan.batch.samples_per_prompt if plan.batch.shared_prompt else 0
+        self.group = plan.batch.shared_group(spec.micro_batch)
         self.loss_cell = ActorLossCell(self.net, ActorLoss(**dataclasses.asdict(loss)), ro.temperature,
                                        loss.entropy_coeff > 0, self.group)
-        self.scoring_group = scoring_group(plan, spec.scoring_micro_batch)
+        self.scoring_group = plan.batch.shared_group(spec.scoring_micro_batch)
         self.scorer = self.loss_cell.scorer if self.scoring_group == self.group else \
             log_prob_scorer(self.net, ro.temperature, self.scoring_group)
         self._train_with(self.loss_cell)

@@ -9,7 +9,7 @@ import numpy as np
 
 from mindrl.parallel.reshard import rename_parameters
 from mindrl.trainer.actor_graphs import log_prob_scorer
-from mindrl.trainer.roles.base import Stage, build_net, compile_scorer, load_weights, score_in_shares, scoring_group
+from mindrl.trainer.roles.base import Stage, build_net, compile_scorer, load_weights, score_in_shares
 
 log = logging.getLogger("mindrl.train")
 
@@ -32,7 +32,7 @@ class Reference:
                 log.info("reference weights loaded from %s", source)
             rename_parameters(self.net, "ref")  # after loading: files name the parameters without the prefix
         self.net.set_train(False)
-        self.group = scoring_group(run.plan, spec.micro_batch)  # > 0: each prompt once per group (pack_arrays)
+        self.group = run.plan.batch.shared_group(spec.micro_batch)  # > 0: each prompt once per group (pack_arrays)
         self.scorer = log_prob_scorer(self.net, run.plan.rollout.temperature, self.group)
 
     def log_probs(self, exp) -> np.ndarray:
