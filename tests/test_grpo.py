@@ -25,13 +25,10 @@ def workdir(tmp_path_factory):
 
 
 def make_config(workdir, run, **over):
-    from conftest import as_overrides, tiny_run_settings
-    from mindrl.config import load_train_config
-    settings = tiny_run_settings(workdir, workdir / run / "logs", **{
+    from conftest import tiny_run_config
+    return tiny_run_config(workdir, run, {
         "rl_config.train_iters": 4, "actor_config.save": str(workdir / run / "ckpt"), "actor_config.save_interval": 2,
-        "eval.path": str(workdir / "heldout.mindrecord"), "eval.interval": 0})
-    settings.update(over)
-    return load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"), as_overrides(settings))
+        "eval.path": str(workdir / "heldout.mindrecord"), "eval.interval": 0}, over)
 
 
 def run(cfg):
@@ -162,6 +159,19 @@ def test_padding_to_a_multiple_gives_the_same_update(workdir):
     init = TensorSource(str(workdir / "policy"))
     assert max(float(np.abs(a[k] - init.get(k)).max()) for k in a) > 1e-4  # the update did something
     assert max(float(np.abs(a[k] - b[k]).max()) for k in a) < 1e-5
+
+
+def test_training_widths_grow_with_the_longest_batch_and_never_shrink():
+    """WidthsRun: a batch runs at widths compiled before whenever they hold it (the narrowest such); new widths
+    hold it and every earlier batch, so a run compiles its training graphs again only when a batch is longer than
+    all before it, never when its lengths vary below that."""
+    from mindrl.trainer.context import WidthsRun
+    widths = WidthsRun()
+    needs = [(64, 32), (64, 16), (64, 32), (32, 64), (64, 16), (128, 8), (64, 64), (16, 8)]
+    got = [widths.fit(*n) for n in needs]
+    assert all(g[0] >= n[0] and g[1] >= n[1] for g, n in zip(got, needs))  # every batch fits its widths
+    assert widths.compiled == [(64, 32), (64, 64), (128, 64)]              # three growths, three compiled sets
+    assert got == [(64, 32), (64, 32), (64, 32), (64, 64), (64, 32), (128, 64), (64, 64), (64, 32)]
 
 
 def test_single_update_reuses_rollout_log_probs(workdir):

@@ -70,7 +70,8 @@ class RLConfig:
     pad_to_multiple_of: int = _opt(0, ge=0, help="the widths the training and scoring graphs pad a batch's prompts "
                                    "and responses to: 0 = the next power of two of the longest (few widths, so few "
                                    "graphs to compile); n = the next multiple of n (TRL's pad_to_multiple_of: less "
-                                   "padding computed, a compiled graph per width met)")
+                                   "padding computed, more widths). A batch runs at the narrowest widths compiled "
+                                   "so far that hold it: they grow with the longest batch and never shrink")
     ppo_epochs: int = _opt(1, ge=1, help="passes over each rollout batch")
     shuffle_minibatch: bool = _opt(True, help="shuffle the rows into mini-batches before each pass; false = in "
                                    "rollout order")

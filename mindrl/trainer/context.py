@@ -46,6 +46,27 @@ def padded_width(n: int, multiple: int = 0, minimum: int = 8) -> int:
     return max(-(-n // multiple) * multiple, multiple) if multiple > 0 else bucket(n, minimum)
 
 
+class WidthsRun:
+    """The (prompt, response) widths a run's training and scoring graphs have been compiled for. A batch runs at the
+    narrowest of them that holds it; only a batch that none holds adds widths, and those hold it and every earlier
+    batch too. So the widths grow with the longest batch met and never shrink: a run compiles its graphs again only
+    when a batch is longer than every one before it, however its lengths vary below that (each compiled set keeps
+    its memory in MindSpore's process; docs/performance.md#real-model), at the cost of the padding a shorter batch
+    carries, never more than padding to the configured maxima would (the static shapes of the compile cache)."""
+
+    def __init__(self):
+        self.compiled = []
+
+    def fit(self, prompt: int, response: int) -> tuple:
+        """Widths for a batch whose padded widths would be (``prompt``, ``response``)."""
+        held = [w for w in self.compiled if w[0] >= prompt and w[1] >= response]
+        if held:
+            return min(held, key=lambda w: (w[0] + w[1], w))
+        grown = (max([prompt] + [w[0] for w in self.compiled]), max([response] + [w[1] for w in self.compiled]))
+        self.compiled.append(grown)
+        return grown
+
+
 def _set_up_run_dir(cfg: TrainConfig, is_main: bool, exchange) -> None:
     """This run's directory (trainer/run_dir.py), the checkpoint paths that live inside it, and MindSpore's reports
     of failed compiles (there, not in the working directory)."""
@@ -78,6 +99,7 @@ class RunContext:
     static_shapes: bool     # fixed graph shapes and compile order (compile cache, strategy export)
     plan: RunPlan
     seed: int
+    widths_run: WidthsRun = dataclasses.field(default_factory=WidthsRun)
 
     @classmethod
     def create(cls, cfg: TrainConfig, run_dir: bool = True) -> "RunContext":
@@ -133,10 +155,11 @@ class RunContext:
 
     def train_widths(self, exp) -> tuple:
         """(prompt width, response width) the training graphs run at for ``exp``: fixed buckets of the configured
-        maxima with static shapes, else the smallest buckets that hold the batch."""
+        maxima with static shapes, else the narrowest widths compiled so far that hold the batch, or new ones
+        (WidthsRun)."""
         if self.static_shapes:
             return self.static_widths()
-        return self._widths(*exp.widths_needed())
+        return self.widths_run.fit(*self._widths(*exp.widths_needed()))
 
     def _widths(self, prompt: int, response: int) -> tuple:
         m = self.plan.rollout.pad_to_multiple_of  # rl_config.pad_to_multiple_of
