@@ -107,6 +107,15 @@ def as_overrides(settings: dict) -> list:
     return [f"{k}={v}" for k, v in settings.items()]
 
 
+def tiny_run_config(d, run, base: dict, over: dict, example: str = "grpo"):
+    """The typed config of the tests' small run (``tiny_run_settings``) on ``examples/<example>/tiny_math.yaml``,
+    logging under ``d/run/logs``: a test module's ``base`` settings, then one test's ``over``."""
+    from mindrl.config import load_train_config
+    settings = tiny_run_settings(d, d / run / "logs", **base)
+    settings.update(over)
+    return load_train_config(os.path.join(ROOT, "examples", example, "tiny_math.yaml"), as_overrides(settings))
+
+
 def make_sft_mindrecord(d):
     """``d/sft.mindrecord``: the workdir's training problems with their answers (pretrain_ids, loss_mask), as
     configs/datasets/sft.yaml writes them; the rows PPO-ptx trains on."""

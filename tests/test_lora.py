@@ -232,13 +232,10 @@ def workdir(tmp_path_factory):
 
 
 def _config(workdir, run, example="grpo", lora=True, **over):
-    from conftest import as_overrides, tiny_run_settings
-    from mindrl.config import load_train_config
-    settings = tiny_run_settings(workdir, workdir / run / "logs", **{
+    from conftest import tiny_run_config
+    return tiny_run_config(workdir, run, {
         "rl_config.train_iters": 4, "actor_config.save": str(workdir / run / "ckpt"), "actor_config.save_interval": 2,
-        **(LORA_RUN if lora else {})})
-    settings.update(over)
-    return load_train_config(os.path.join(ROOT, "examples", example, "tiny_math.yaml"), as_overrides(settings))
+        **(LORA_RUN if lora else {})}, over, example)
 
 
 def _run(cfg):

@@ -52,14 +52,11 @@ def workdir(tmp_path_factory):
 
 
 def make_config(workdir, run, **over):
-    from conftest import as_overrides, tiny_run_settings
-    from mindrl.config import load_train_config
-    settings = tiny_run_settings(workdir, workdir / run / "logs", **{
+    from conftest import tiny_run_config
+    return tiny_run_config(workdir, run, {
         "rl_config.train_iters": 4, "rl_config.partial_rollout_max_split": 3, "rl_config.tis_cap": 2.0,
         "generate_config.max_tokens": 6, "generate_config.stop_token_ids": STOPS,
-        "actor_config.save": str(workdir / run / "ckpt"), "actor_config.save_interval": 2})
-    settings.update(over)
-    return load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"), as_overrides(settings))
+        "actor_config.save": str(workdir / run / "ckpt"), "actor_config.save_interval": 2}, over)
 
 
 def rows_of(path):

@@ -99,13 +99,10 @@ def workdir(tmp_path_factory):
 
 
 def make_config(workdir, run, **over):
-    from conftest import as_overrides, tiny_run_settings
-    from mindrl.config import load_train_config
-    settings = tiny_run_settings(workdir, workdir / run / "logs", **{
+    from conftest import tiny_run_config
+    return tiny_run_config(workdir, run, {
         "rl_config.train_iters": 2, "rl_config.global_batch_size": 4, "rl_config.mini_batch_size": 2,
-        "rl_config.micro_batch_size": 4, "rl_config.kl_coef": 0.05, "rl_config.use_kl_in_loss": "true"})
-    settings.update(over)
-    return load_train_config(os.path.join(ROOT, "examples", "grpo", "tiny_math.yaml"), as_overrides(settings))
+        "rl_config.micro_batch_size": 4, "rl_config.kl_coef": 0.05, "rl_config.use_kl_in_loss": "true"}, over)
 
 
 def test_plan_says_whether_prompts_are_shared_and_refuses_what_cannot_be(workdir):
