@@ -30,8 +30,9 @@ class RunLog:
                 log.warning("%s already holds checkpoints of another run (latest: %s); this run's are added beside "
                             "them and `load` of this directory will pick the newest written", actor.save, latest)
             if not compiled:
-                log.info("the first step compiles the training graphs (about 10-30 s on 2 CPU cores); later steps "
-                         "reuse them (runtime.enable_compile_cache keeps them for the next launch)")
+                log.info("the first step compiles the rollout and training graphs (on 2 CPU cores: 10-30 s for the "
+                         "demo's 2-layer model, 1-2 minutes for a 30-layer one); later steps reuse them "
+                         "(runtime.enable_compile_cache keeps them for the next launch)")
         self.bar = progress_bar(rl.train_iters, rl.adv_estimator, lg.progress_bar and is_main, initial=start)
 
     @contextmanager
