@@ -7,7 +7,7 @@ with `bash examples/real/run.sh --prepare`, or pass --model DIR), the prompts ar
 `prompt_type: hf`, TRL with the tokenizer's `apply_chat_template` (the same text). Both sides sample at temperature 1
 with the end-of-turn token on, so responses end where the model stops (variable lengths, up to --new-tokens).
 
-* **GRPO**: --grpo-prompts prompts x 8 samples per step, one AdamW update per step (lr 1e-5, the example's), the
+* **GRPO**: --grpo-prompts prompts x 8 samples per step, one AdamW update per step (lr 1e-5; the example trains at 2e-5), the
   example's rule reward `last_number` on both sides (TRL calls the same Python function), no KL, token-mean loss
   (TRL `loss_type='dapo'`), std-normalised group advantages, micro-batches of --micro-batch responses (TRL
   `per_device_train_batch_size`, accumulated over the step). TRL: HF `generate` with a KV cache, gradient
@@ -27,7 +27,7 @@ prompt + response tokens over its time: the lengths vary, so each side counts it
 RSS, start-up (build and load) and first-step time, and for mindrl every graph compile (MindSpore's
 `_CellGraphExecutor.compile` answering "new graph"), by step: a compile after the first steps means a new shape.
 
-    python bench/bench_real.py             # GRPO and PPO, 6 steps a side (the first 2 are warm-up): 58 min on 2 busy cores
+    python bench/bench_real.py             # GRPO and PPO, 6 steps a side (the first 2 are warm-up)
     python bench/bench_real.py --quick     # a tiny random LLaMA with a tiny tokenizer: a smoke run (~3 min)
     python bench/bench_real.py --only grpo # one algorithm
     python bench/bench_real.py --only grpo --lora 16   # LoRA: mindrl full and LoRA against TRL + PEFT, one run
