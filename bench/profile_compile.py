@@ -26,11 +26,8 @@ os.environ.setdefault("GLOG_v", "3")
 
 
 def rss_gb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024 / 1024
-    return float("nan")
+    from mindrl.trainer.metrics import memory_metrics
+    return memory_metrics()["memory/rss_gb"]
 
 
 def trim() -> None:
@@ -47,12 +44,12 @@ def build(a, seed):
     from mindrl.models.config import ModelConfig
     from mindrl.models.lm import build_network
     from mindrl.trainer.actor_graphs import ActorLossCell
+    from mindrl.trainer.inputs import grouped_dummy_inputs
     from mindrl.trainer.updater import AccumulateGrad
     cfg = ModelConfig(model_type="llama", vocab_size=512, hidden_size=a.width, intermediate_size=2 * a.width,
                       num_layers=a.layers, num_heads=9, n_kv_heads=3, head_dim=8,
                       max_position_embeddings=256, tie_word_embeddings=True, eos_token_id=2, pad_token_id=2).validate()
     net = build_network(cfg, seed=seed)
-    from mindrl.trainer.inputs import grouped_dummy_inputs
     acc = AccumulateGrad(ActorLossCell(net, ActorLoss(), 1.0, False, a.group), net.trainable_params())
     return acc, grouped_dummy_inputs(acc.inputs, 1, a.group, a.prompt, a.response) if a.group else None
 
@@ -86,7 +83,7 @@ def main():
         print(f"FRONT {rss_gb() - before:.3f}", flush=True)
         return
     print(f"update graph of a {a.layers}-layer LLaMA {a.width} wide (group {a.group}); resident before: "
-          f"{before:.2f} GB", flush=True)
+          f"{before:.2f} GiB", flush=True)
     kept = []
     for i in range(a.graphs):
         acc, arrays = build(a, i)
@@ -94,7 +91,7 @@ def main():
         grown = rss_gb()
         trim()
         kept.append(acc)
-        print(f"compile {i + 1}: {secs:.1f} s; resident {grown:.2f} GB, after malloc_trim {rss_gb():.2f} GB",
+        print(f"compile {i + 1}: {secs:.1f} s; resident {grown:.2f} GiB, after malloc_trim {rss_gb():.2f} GiB",
               flush=True)
     child = subprocess.run([sys.executable, __file__, "--front-end-only", "--layers", str(a.layers), "--width",
                             str(a.width), "--group", str(a.group), "--prompt", str(a.prompt), "--response",
@@ -102,7 +99,7 @@ def main():
                            env=dict(os.environ, MS_DEV_PRECOMPILE_ONLY="1"))
     front = [ln for ln in child.stdout.splitlines() if ln.startswith("FRONT ")]
     if front:
-        print(f"the first compile's front end alone (MS_DEV_PRECOMPILE_ONLY=1) kept {float(front[0].split()[1]):.2f} GB "
+        print(f"the first compile's front end alone (MS_DEV_PRECOMPILE_ONLY=1) kept {float(front[0].split()[1]):.2f} GiB "
               "after malloc_trim")
     else:
         print("the front-end-only compile failed:", child.stderr[-500:])

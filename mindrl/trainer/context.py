@@ -62,7 +62,8 @@ class WidthsRun:
         held = [w for w in self.compiled if w[0] >= prompt and w[1] >= response]
         if held:
             return min(held, key=lambda w: (w[0] + w[1], w))
-        grown = (max([prompt] + [w[0] for w in self.compiled]), max([response] + [w[1] for w in self.compiled]))
+        widest = self.compiled[-1] if self.compiled else (0, 0)  # each added pair holds every earlier one
+        grown = (max(prompt, widest[0]), max(response, widest[1]))
         self.compiled.append(grown)
         return grown
 
