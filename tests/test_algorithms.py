@@ -195,6 +195,33 @@ def test_gae_matches_reference_with_holes():
         np.testing.assert_allclose(wret, rret, rtol=1e-5, atol=1e-5)
 
 
+
+class _GaeCell(nn.Cell):
+    def __init__(self, gamma, lam):
+        super().__init__()
+        self.gamma, self.lam = gamma, lam
+
+    def construct(self, r, v, m):
+        return losses.gae_returns(r, v, m, self.gamma, self.lam)
+
+
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_gae_in_the_graph_matches_reference_on_response_masks(mode, request):
+    """The critic's update computes returns in its graph (trainer/critic_graphs.py CriticValuesLossCell): on masks
+    that are a response's tokens then padding (an all-masked row too) they are the float64 loop's."""
+    if mode == "graph":
+        request.getfixturevalue("graph_mode")
+    rng = np.random.default_rng(21)
+    B, L = 6, 11
+    m = random_mask(rng, B, L)
+    m[0] = 1.0  # a response that fills the width
+    r, v = rng.normal(size=(B, L)), rng.normal(size=(B, L))
+    for gamma, lam in [(1.0, 1.0), (0.99, 0.95), (0.9, 0.0), (1.0, 0.95)]:
+        adv, ret = _GaeCell(gamma, lam)(T(r), T(v), T(m))
+        radv, rret = ref_gae(r, v, m, gamma, lam)
+        np.testing.assert_allclose(npf(adv), radv, rtol=1e-5, atol=2e-5)
+        np.testing.assert_allclose(npf(ret), rret, rtol=1e-5, atol=2e-5)
+
 def test_gae_hand_example():
     # gamma = lam = 1: A_t = (sum of rewards from t on) - V_t
     r = np.array([[0.0, 0.0, 1.0, 0.0]])

@@ -222,3 +222,46 @@ def test_no_load_optim_starts_only_that_roles_optimizer_afresh(workdir, full_run
             assert step_counter(state) == 0 and all(np.abs(v).max() == 0 for v in state.values()), role
         else:
             assert_same_optimizer_state(at_save[2][role], state, OPTIMIZER_STEPS[role](2), (role, "restored"))
+
+
+@pytest.mark.slow
+def test_critic_values_from_its_update_equal_a_value_pass(workdir, monkeypatch):
+    """With one update per step the critic's update gives the step's values (CriticValuesLossCell: its forward's
+    values, GAE's returns in its graph), and no value pass runs. The same 3 steps with the value pass of its own
+    and the host's GAE, forced here, give the same values, advantages, losses and weights: the two are one
+    algorithm."""
+    from mindrl.config.batch_plan import BatchPlan
+    one_update = {"rl_config.mini_batch_size": 16, "rl_config.use_kl_in_reward": "true",
+                  "rl_config.gamma": 0.99, "rl_config.lam": 0.9}
+
+    def run(name):
+        t = trainer_for(workdir, name, **one_update)
+        seen, make = [], t.compute_estimator
+
+        def record(exp):
+            make(exp)
+            seen.append((exp.values.copy(), exp.returns.copy(), exp.advantages.copy(), exp.loss_mask.copy()))
+        t.compute_estimator = record
+        steps = [t.train_step() for _ in range(3)]
+        return t, steps, seen
+
+    fused, fused_steps, fused_seen = run("values_in_update")
+    assert fused.critic.values_in_update and fused.run.plan.batch.updates == 1
+    assert all("timing/critic_model" not in m for m in fused_steps)  # no value pass
+    monkeypatch.setattr(BatchPlan, "critic_values_in_update", property(lambda self: False))
+    apart, apart_steps, apart_seen = run("values_apart")
+    assert not apart.critic.values_in_update
+    assert all("timing/critic_model" in m for m in apart_steps)
+    for (v, ret, adv, mask), (v2, ret2, adv2, mask2) in zip(fused_seen, apart_seen):
+        np.testing.assert_array_equal(mask, mask2)  # the same responses
+        np.testing.assert_allclose(v * mask, v2 * mask, atol=2e-5)
+        np.testing.assert_allclose(ret, ret2, atol=2e-5)
+        np.testing.assert_allclose(adv, adv2, atol=1e-4)
+    assert np.abs(fused_seen[-1][0] * fused_seen[-1][3]).max() > 1e-3  # the critic has learnt by the last step
+    for a, b in zip(fused_steps, apart_steps):
+        for key in ("critic/vf_loss", "critic/vpred_mean", "critic/grad_norm", "actor/pg_loss", "actor/grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+        assert a["critic/vf_clipfrac"] == 0.0
+    want, got = apart.critic.state_dict(), fused.critic.state_dict()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=1e-5, err_msg=name)

@@ -213,6 +213,8 @@ CASES.update({
     "gae_kl_in_reward": {**PPO, "rl_config.kl_coef": 0.05, "rl_config.use_kl_in_reward": "true",
                          "rl_config.kl_penalty": "k1", "ref.ref_model_load_path": "{w}/other"},
     "gae_unwhitened": {**PPO, "rl_config.gamma": 0.9, "rl_config.lam": 0.8, "rl_config.advantage_whiten": "false"},
+    # two updates per step: the critic's values from a pass of their own, its update reading the host's returns
+    "gae_two_epochs": {**PPO, "rl_config.ppo_epochs": 2},
 })
 
 
@@ -229,7 +231,21 @@ def test_one_step_matches_float64_reference(ppo_models, case):
     assert (t.reference is not None) == (rl.kl_coef > 0)  # both KL placements build the reference model
     exp, _ = t.maker.make(Timers())
     beta = t.kl_ctrl.value if t.kl_ctrl is not None else 0.0
-    metrics = t.compute_advantages(exp)
+    critic_outs = None
+    if t.critic is not None:
+        assert t.critic.values_in_update == (t.run.plan.batch.updates == 1)
+    if t.critic is not None and t.critic.values_in_update:  # the values come from the critic's update
+        assert exp.values is None  # no pass of their own
+        metrics = t.compute_rewards(exp)
+        from mindrl.algorithms.denominators import loss_denominator
+        critic_outs = t.critic.updater.micro_step(
+            {"input_ids": exp.input_ids, "attention_mask": exp.attention_mask, "loss_mask": exp.loss_mask,
+             "token_rewards": exp.token_rewards}, loss_denominator(exp.loss_mask, "token-mean"))
+        exp.values = t.critic.values(exp)  # the value pass, which its forward replaces: the same values
+        np.testing.assert_allclose(critic_outs[-1] * exp.loss_mask, exp.values * exp.loss_mask, atol=1e-6)
+        t.compute_estimator(exp)
+    else:
+        metrics = t.compute_advantages(exp)
     exp.validate()
     want, want_returns, want_rewards = reference_advantages(exp, rl, beta)
     assert np.abs(want).max() > 1e-3, "degenerate rollout: no advantage signal"
@@ -248,13 +264,15 @@ def test_one_step_matches_float64_reference(ppo_models, case):
         np.testing.assert_allclose(exp.returns, want_returns, rtol=1e-5, atol=1e-5)
         if not rl.advantage_whiten:  # R - V is the raw advantage
             np.testing.assert_allclose(exp.returns - exp.values * exp.loss_mask, exp.advantages, atol=1e-5)
-        # the critic's clipped value loss on this rollout (one micro-batch: V = V_old, so no clipping yet)
-        from mindrl.algorithms.denominators import loss_denominator
-        v = t.critic.values(exp).astype(np.float64)
-        outs = t.critic.updater.micro_step({"input_ids": exp.input_ids, "attention_mask": exp.attention_mask,
-                                             "loss_mask": exp.loss_mask, "old_values": exp.values,
-                                             "returns": exp.returns}, loss_denominator(exp.loss_mask, "token-mean"))
-        vf_loss, clipfrac = reference_value_loss(v, exp.values, exp.returns, exp.loss_mask, rl.cliprange_value)
+        # the critic's clipped value loss on this rollout, its returns computed in its graph (V = V_old: no clipping)
+        v = exp.values.astype(np.float64)
+        vf_loss, clipfrac = reference_value_loss(v, v, want_returns, exp.loss_mask, rl.cliprange_value)
+        if critic_outs is None:  # more than one update per step: a value pass, and the update reads its returns
+            from mindrl.algorithms.denominators import loss_denominator
+            critic_outs = t.critic.updater.micro_step(
+                {"input_ids": exp.input_ids, "attention_mask": exp.attention_mask, "loss_mask": exp.loss_mask,
+                 "old_values": exp.values, "returns": exp.returns}, loss_denominator(exp.loss_mask, "token-mean"))
+        outs = critic_outs
         assert outs[1] == pytest.approx(vf_loss, rel=1e-5) and outs[0] == outs[1]
         assert vf_loss > 0.1 and outs[2] == clipfrac == 0.0
 
@@ -375,6 +393,8 @@ def test_reward_clip_range_bounds_the_scores_of_the_advantages(ppo_models, clip)
     want = np.array(raw if clip is None else [min(max(x, low), high) for x in raw])
     np.testing.assert_allclose(exp.score, want, rtol=1e-6, atol=1e-7)
     beta = t.kl_ctrl.value
+    assert exp.values is None  # one update per step: the critic's update gives them; here its value pass does
+    exp.values = t.critic.values(exp)
     m = t.compute_advantages(exp)
     assert m["actor/reward_kl_penalty"] > 1e-3  # a KL penalty that an unclipped or clipped-after-KL score would show
     want_adv, want_ret, want_rewards = reference_advantages(exp, rl, beta, scores=want)

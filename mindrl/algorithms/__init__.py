@@ -39,7 +39,7 @@ from .registry import LOSS_AGG_MODES, POLICY_LOSS_NAMES, KL_ESTIMATOR_ALIASES, c
 _LAZY = {
     "losses": (
         "masked_mean", "agg_loss", "policy_loss", "gspo_policy_loss", "POLICY_LOSSES", "get_policy_loss",
-        "value_loss", "ActorLoss",
+        "value_loss", "gae_returns", "ActorLoss",
     ),
     "kl": ("KL_ESTIMATORS", "get_kl_estimator", "kl_k1", "kl_k2", "kl_k3", "kl_abs"),
 }

@@ -204,6 +204,25 @@ def value_loss(
     return vf_loss, vf_clipfrac
 
 
+
+def gae_returns(token_rewards, values, mask, gamma=1.0, lam=0.95):
+    """GAE's raw advantages and returns in the graph, for masks that are a prefix of each row (a response's tokens,
+    then padding): ``delta_t = r_t + gamma * V_{t+1} - V_t`` (V is 0 after the last valid token) and
+    ``A_t = sum_{l >= t} (gamma * lam)^(l - t) * delta_l``, one product with an [R, R] matrix of discounts instead
+    of a loop over positions. ``returns = A + V``. Both are 0 at masked positions, not whitened: the host's
+    ``advantages.gae_advantages`` on the same inputs (whose loop also skips masked positions inside a row)."""
+    mask = ops.cast(mask, values.dtype)
+    steps = ops.arange(mask.shape[1]).astype(values.dtype)
+    ahead = steps.reshape(-1, 1) - steps.reshape(1, -1)  # (l, t): how far l is after t
+    base = ops.fill(values.dtype, (), float(gamma) * float(lam))
+    discounts = ops.select(ahead >= 0, ops.pow(base, ops.relu(ahead)), ops.zeros_like(ahead))
+    v = values * mask
+    nxt = ops.concat((v[:, 1:], ops.zeros_like(v[:, :1])), 1)
+    delta = (token_rewards + gamma * nxt - v) * mask
+    adv = ops.matmul(delta, discounts) * mask
+    return adv, (adv + v) * mask
+
+
 # ---------------------------------------------------------------------------------------------
 # the actor objective as one Cell, configured once
 

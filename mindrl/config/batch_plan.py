@@ -89,6 +89,12 @@ class BatchPlan:
         return self.responses_per_update // self.critic.dp // self.critic_micro_batch
 
     @property
+    def critic_values_in_update(self) -> bool:
+        """The critic's values come from its update's forward, not a pass of their own: with a single update per
+        step its forward reads the weights that pass would (trainer/critic_graphs.py CriticValuesLossCell)."""
+        return self.critic is not None and self.updates == 1
+
+    @property
     def recompute_old_log_probs(self) -> bool:
         """The rollout's own log-probs are the old policy only while a step makes a single update (MindSpeed-RL
         skips the old-log-prob pass on the same condition) and were all sampled by this step's policy (no partial

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from mindspore import nn, ops
 
-from mindrl.algorithms.losses import masked_mean, value_loss
+from mindrl.algorithms.losses import gae_returns, masked_mean, value_loss
 
 
 class ResponseValues(nn.Cell):
@@ -38,3 +38,33 @@ class CriticLossCell(nn.Cell):
         vf_loss, vf_clipfrac = value_loss(vpred, old_values, returns, loss_mask, self.cliprange_value,
                                           self.loss_agg_mode, denom)
         return vf_loss, vf_loss, vf_clipfrac, ops.stop_gradient(masked_mean(vpred, loss_mask))
+
+
+class CriticValuesLossCell(nn.Cell):
+    """(input_ids, attention_mask, loss_mask, token_rewards, denominator) -> (loss, vf_loss, vf_clipfrac, vpred_mean,
+    values): the critic's update when a step makes one optimizer update, with its forward as the step's value pass.
+
+    With one update per step every micro-batch's forward runs on the weights the separate value pass would have
+    read, so its values are those values: GAE's returns are computed from them in the graph (algorithms/losses.py
+    ``gae_returns``, no gradient through them) and the values come out for the actor's advantages (the host's GAE,
+    whitened). The clipped loss keeps its form with the old values equal to these, where the clip never binds, as
+    in the separate-pass update's single update. This saves a forward pass of the critic and its graph."""
+
+    METRICS = CriticLossCell.METRICS
+    ROW_OUTPUTS = ("values",)  # after the metrics: one row per response, not summed over micro-batches
+
+    def __init__(self, value_model, cliprange_value: float, loss_agg_mode: str, gamma: float, lam: float):
+        super().__init__(auto_prefix=False)
+        self.values = ResponseValues(value_model)
+        self.cliprange_value = float(cliprange_value)
+        self.loss_agg_mode = loss_agg_mode
+        self.gamma = float(gamma)
+        self.lam = float(lam)
+
+    def construct(self, input_ids, attention_mask, loss_mask, token_rewards, denom):
+        vpred = self.values(input_ids, attention_mask, loss_mask)
+        old = ops.stop_gradient(vpred)
+        _, returns = gae_returns(token_rewards, old, loss_mask, self.gamma, self.lam)
+        vf_loss, vf_clipfrac = value_loss(vpred, old, ops.stop_gradient(returns), loss_mask, self.cliprange_value,
+                                          self.loss_agg_mode, denom)
+        return vf_loss, vf_loss, vf_clipfrac, ops.stop_gradient(masked_mean(vpred, loss_mask)), old

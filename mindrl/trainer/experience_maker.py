@@ -64,7 +64,7 @@ class ExperienceMaker:
         if self.reference is not None:
             with timers("reference_model"):
                 exp.ref_log_probs = self.reference.log_probs(exp)
-        if self.critic is not None:
+        if self.critic is not None and not self.critic.values_in_update:  # else its update gives them
             with timers("critic_model"):
                 exp.values = self.critic.values(exp)
         if self.reward_model is not None:

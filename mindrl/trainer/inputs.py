@@ -33,6 +33,7 @@ INPUTS: Dict[str, InputSpec] = {
     "advantages": InputSpec("float32", "response"),
     "old_values": InputSpec("float32", "response"),
     "returns": InputSpec("float32", "response"),
+    "token_rewards": InputSpec("float32", "response"),
     # supervised rows (PPO-ptx, SFT): token ids and the positions of the tokens the loss scores
     "sft_ids": InputSpec("int32", "sequence"),
     "sft_positions": InputSpec("int32", "loss"),

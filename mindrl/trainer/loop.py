@@ -3,7 +3,8 @@ entries and roles:
 
     exp = make_experience()              rollout, rewards (rules, reward model), old/reference log-probs, values
     exp = advantages(exp)                the estimator's reward (KL in it, if so planned), then its advantages
-    [critic.update(exp)]                 when the estimator needs a critic (gae)
+    [critic.update(exp)]                 when the estimator needs a critic (gae); with one update per step it
+                                         runs between the two and its forward gives the values
     policy.update(exp); policy.reshard() clipped policy loss, weights into the rollout model in place
 
 Every msrun worker runs this same code. The trainer turns the config into a run plan (config/plan.py) once; the
@@ -109,11 +110,20 @@ class RLTrainer:
             exp, metrics = self.maker.make(timers)
             reward_ok = bool(np.isfinite(exp.score).all())
             if reward_ok:  # a non-finite reward would poison every advantage: no update at all this step
+                # a critic that makes one update per step gives the values its update's forward reads (the
+                # estimator's rewards first, its returns in the graph); otherwise it trains on the returns
+                critic_first = self.critic is not None and self.critic.values_in_update
                 with timers("adv"):
-                    metrics.update(self.compute_advantages(exp))
-                if self.critic is not None:
+                    metrics.update(self.compute_rewards(exp))
+                if critic_first:
                     with timers("update_critic"):
                         metrics.update(self.critic.update(exp, self.step))
+                with timers("adv"):
+                    self.compute_estimator(exp)
+                if self.critic is not None and not critic_first:
+                    with timers("update_critic"):
+                        metrics.update(self.critic.update(exp, self.step))
+                if self.critic is not None:
                     updated["critic"] = self.critic
                 if self.step >= plan.schedule.critic_warmup:  # the actor waits for a critic's useful values
                     with timers("update"):
@@ -135,16 +145,25 @@ class RLTrainer:
         return sum(r.updater.skipped for r in (self.policy, self.critic) if r is not None)
 
     def compute_advantages(self, exp) -> dict:
-        """The reward the estimator reads (algorithms/sequence_reward.py: KL in it when so planned), then
-        rl_config.adv_estimator. Fills exp.reward, token_rewards, advantages and returns; returns the KL metrics."""
+        """:meth:`compute_rewards`, then :meth:`compute_estimator`; returns the KL metrics."""
+        metrics = self.compute_rewards(exp)
+        self.compute_estimator(exp)
+        return metrics
+
+    def compute_rewards(self, exp) -> dict:
+        """The reward the estimator reads (algorithms/sequence_reward.py: KL in it when so planned): fills exp.reward
+        and token_rewards; returns the KL metrics."""
         plan = self.run.plan
         exp.reward, exp.token_rewards, metrics = estimator_rewards(
             exp.score, exp.old_log_probs, exp.ref_log_probs, exp.response_mask, self.kl_ctrl,
             plan.reward.kl.estimator if plan.reward.kl else None, self.estimator.token_level)
-        inputs = AdvantageInputs(exp.reward, exp.token_rewards, exp.loss_mask, exp.group, exp.values,
-                                 plan.estimator_options)
-        exp.advantages, exp.returns = self.estimator.compute(inputs)
         return metrics
+
+    def compute_estimator(self, exp) -> None:
+        """rl_config.adv_estimator on the rewards (and a critic's values): fills exp.advantages and returns."""
+        inputs = AdvantageInputs(exp.reward, exp.token_rewards, exp.loss_mask, exp.group, exp.values,
+                                 self.run.plan.estimator_options)
+        exp.advantages, exp.returns = self.estimator.compute(inputs)
 
     # -- the run ------------------------------------------------------------------------------------
     def fit(self) -> dict:

@@ -8,7 +8,7 @@ denominator (they add up to the mini-batch's value), ``token_mean`` for per-toke
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import mindspore as ms
@@ -109,9 +109,10 @@ class AccumulateGrad(nn.Cell):
         return ops.depend(outs, self.hyper_map(_add_into, self.accum, grads))
 
     def run(self, arrays, denom) -> list:
-        """Forward + backward of one micro-batch (``arrays``: name -> rows); returns [loss, *metrics] as floats."""
+        """Forward + backward of one micro-batch (``arrays``: name -> rows); returns [loss, *metrics] as floats, then
+        the loss cell's ``ROW_OUTPUTS`` (one row per input row) as numpy arrays."""
         outs = self(*tensors(self.inputs, arrays, self.what), Tensor(np.float32(denom)))
-        return [float(o.asnumpy()) for o in outs]
+        return [o.asnumpy() if o.ndim else float(o.asnumpy()) for o in outs]
 
     def compile_for(self, rows: int, sequence: int, response: int, arrays=None) -> None:
         """For ``rows`` rows of these widths, or for ``arrays`` (input name -> array) when the inputs have other shapes."""
@@ -219,6 +220,7 @@ class Updater:
         params = list(params)
         self.loss_cell = loss_cell
         self.metrics: Tuple[Tuple[str, str], ...] = tuple(loss_cell.METRICS)
+        self.row_outputs: Tuple[str, ...] = tuple(getattr(loss_cell, "ROW_OUTPUTS", ()))
         self.accumulate = AccumulateGrad(loss_cell, params)
         self.optimizer = AdamW(params, optim.adam_beta1, optim.adam_beta2, optim.adam_eps, optim.weight_decay,
                                step_name=step_name)
@@ -230,7 +232,8 @@ class Updater:
         self.log = UpdateLog()  # what update_epochs made of this training step's updates
 
     def micro_step(self, arrays, denom) -> list:
-        """Forward + backward of one micro-batch (``arrays``: input name -> rows); returns [loss, *metrics]."""
+        """Forward + backward of one micro-batch (``arrays``: input name -> rows); returns [loss, *metrics,
+        *row outputs]."""
         return self.accumulate.run(arrays, denom)
 
     def apply(self, lr: float) -> float:
@@ -277,13 +280,17 @@ class Updater:
 
 def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np.ndarray, *, epochs: int,
                   mini_batch: int, micro_batch: int, loss_agg_mode: str, layout, exchange, order_seed: Callable,
-                  lr: float, extra_terms: Sequence = ()) -> Dict[str, float]:
+                  lr: float, extra_terms: Sequence = (), row_outputs: Optional[Dict[str, np.ndarray]] = None
+                  ) -> Dict[str, float]:
     """``epochs`` passes of shuffled mini-batches over the rows of ``arrays`` (input name -> [N, ...], the loss
     cell's inputs); every data-parallel replica runs its share of each mini-batch.
 
     ``order_seed(epoch)`` seeds each pass's shuffle of the rows into mini-batches; None keeps rollout order
     (``rl_config.shuffle_minibatch: false``). ``extra_terms`` (e.g. PPO-ptx) add their own gradients to each mini-batch before its optimizer step:
     ``term.run_chunk(k, count)`` for mini-batch k of count returns partial sums of ``term.metrics``.
+
+    ``row_outputs``: filled with the loss cell's ``ROW_OUTPUTS`` (name -> [N, ...]) of the last pass, this replica's
+    rows only (the others stay 0; the caller sums them over replicas).
 
     Returns the mean over mini-batches of each metric and of the gradient norm (``grad_norm``).
     """
@@ -310,6 +317,13 @@ def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np
                 r = mine[u0:u0 + micro_batch]
                 d = micro_batch_denominator(loss_mask[r], loss_agg_mode, denom, micro_batches)
                 outs = updater.micro_step({k: a[r] for k, a in arrays.items()}, d)[1:]
+                if updater.row_outputs:
+                    at = len(updater.metrics)
+                    for name, rows_out in zip(updater.row_outputs, outs[at:] if row_outputs is not None else ()):
+                        if name not in row_outputs:
+                            row_outputs[name] = np.zeros((n,) + rows_out.shape[1:], rows_out.dtype)
+                        row_outputs[name][r] = rows_out[:len(r)]
+                    outs = outs[:at]
                 w = loss_mask[r].sum() / max(loss_mask[rows].sum(), 1.0)  # token share, for the per-token means
                 acc[:len(outs)] += [v if kind == "sum" else v * w for v, (_, kind) in zip(outs, updater.metrics)]
             at = len(updater.metrics)

@@ -213,17 +213,17 @@ class TrainedNetwork:
         return self.spec.optim.lr_at(step)
 
     def _update(self, arrays: dict, loss_mask: np.ndarray, step: int, seed_salt: tuple = (),
-                extra_terms=(), group: int = 0) -> dict:
+                extra_terms=(), group: int = 0, row_outputs: Optional[dict] = None) -> dict:
         """The spec's passes of mini-batch updates over ``arrays`` (the loss cell's inputs, one row per response,
         or with ``group`` one row per packed group of that many responses) at step ``step``'s learning rate; the
-        mean of each metric and of the gradient norm."""
+        mean of each metric and of the gradient norm. ``row_outputs``: see updater.update_epochs."""
         spec, seed, per = self.spec, self.run.seed, group or 1
         order_seed = (lambda epoch: seed_from(seed, step, epoch, *seed_salt)) if spec.shuffle else None
         return update_epochs(self.updater, arrays, loss_mask, epochs=spec.epochs,
                              mini_batch=spec.rows_per_update // per, micro_batch=spec.micro_batch // per,
                              loss_agg_mode=spec.loss.loss_agg_mode, layout=self.layout,
                              exchange=self.run.exchange, order_seed=order_seed, lr=self.lr_at(step),
-                             extra_terms=extra_terms)
+                             extra_terms=extra_terms, row_outputs=row_outputs)
 
     def _compile_update(self, prompt_width: int, response_width: int, group: int = 0) -> None:
         """``group``: the update's rows are packed groups of that many responses (Policy)."""
