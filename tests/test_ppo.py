@@ -745,3 +745,23 @@ def test_mindspeed_rl_ppo_yaml_loads_into_typed_values(tmp_path):
     path.write_text(path.read_text().replace("  init_kl_coef: 0.05\n", "  init_kl_coef: 0.05\n  kl_coef: 0.1\n"))
     with pytest.raises(ConfigError, match="rl_config.init_kl_coef conflicts with 0.1 from the file"):
         load_train_config(path)
+
+
+@pytest.mark.parametrize("over, apart", [
+    ([], "2 updates per step: the later ones read newer weights"),  # the example: 2 mini-batches
+    (["rl_config.mini_batch_size=256"], ""),
+    (["rl_config.mini_batch_size=256", "rl_config.ppo_epochs=2"], "2 updates per step: the later ones read newer weights"),
+    (["rl_config.mini_batch_size=256", "generate_config.max_tokens=4096"],
+     "responses of up to 4096 tokens, more than the 2048 the update's graph computes returns for"),
+])
+def test_the_plan_says_where_the_critics_values_come_from(over, apart):
+    """One update per step and responses of at most 2048 tokens: the critic's update gives the values (its
+    GAE's [R, R] discounts stay small); otherwise a value pass of their own, and the plan says why."""
+    from mindrl.config import load_train_config
+    from mindrl.config.plan import plan_run
+    plan = plan_run(load_train_config(PPO_YAML, over, check_paths=False), 1)
+    assert plan.batch.critic_values_in_update == (apart == "")
+    values = [line.strip() for line in plan.lines() if line.strip().startswith("values: ")]
+    assert values == ["values: from the critic's update, run before the advantages (a single update per step: its "
+                      "forward reads the weights a value pass would)" if not apart else
+                      f"values: a pass of their own before the updates ({apart})"]

@@ -484,7 +484,7 @@ class RunPlan:
             out.append("          values: " + ("from the critic's update, run before the advantages (a single update "
                                               "per step: its forward reads the weights a value pass would)" if
                                               b.critic_values_in_update else
-                                              f"a pass of their own before the {b.updates} updates"))
+                                              f"a pass of their own before the updates ({b.critic_values_apart_why})"))
         why = "more than one update per step" if b.updates > 1 else "the rollout's may be an older policy's"
         old = (f"recomputed before the updates ({why})" if b.recompute_old_log_probs
                else "the rollout's own (a single update per step)")

@@ -2,6 +2,7 @@
 entries and roles:
 
     exp = make_experience()              rollout, rewards (rules, reward model), old/reference log-probs, values
+                                         (a critic's, when it makes more than one update per step)
     exp = advantages(exp)                the estimator's reward (KL in it, if so planned), then its advantages
     [critic.update(exp)]                 when the estimator needs a critic (gae); with one update per step it
                                          runs between the two and its forward gives the values

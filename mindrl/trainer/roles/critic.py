@@ -12,6 +12,7 @@ import numpy as np
 import mindspore as ms
 
 from mindrl.models.weights import TensorSource, load_into, weights_path
+from mindrl.parallel.topology import shard_rows
 from mindrl.trainer.critic_graphs import CriticLossCell, CriticValuesLossCell
 from mindrl.trainer.roles.base import (Stage, TrainedNetwork, base_weights, build_net, compile_scorer,
                                        score_in_shares)
@@ -70,8 +71,8 @@ class Critic(TrainedNetwork):
             out = self._update({**arrays, "token_rewards": exp.token_rewards}, m, step, seed_salt=(7,),
                                row_outputs=rows)
             values = rows["values"]
-            if self.layout.dp > 1:  # each replica filled its own rows; every tp rank of a replica the same ones
-                values = self.run.exchange.all_sum(values) / self.layout.tp
+            if self.layout.dp > 1:  # each replica computed its share of the rows (one update: in rollout order)
+                values = self.run.exchange.from_each(values[shard_rows(len(exp), self.layout)], self.layout)
             exp.values = values.astype(np.float32)
         return {**{f"critic/{k}": v for k, v in out.items()}, "critic/lr": self.lr_at(step)}
 
