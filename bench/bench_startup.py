@@ -6,7 +6,12 @@ Each launch is a fresh `mindrl train` process on the shipped demo (1 step, no ev
 of start-up is read from the process's own log line "start-up took", so data and reward time is excluded.
 
     python bench/bench_startup.py            # needs dataset/tiny_math/*.mindrecord (bash scripts/run_demo.sh makes them)
+    python bench/bench_startup.py --config examples/real/ppo.yaml --no-other   # the real model (run.sh --prepare)
+
+``--config`` takes another training config, and ``key=value`` arguments after the options are added to each launch.
+``--no-other`` skips the third launch (another batch size, which must make a new cache key).
 """
+import argparse
 import os
 import re
 import shutil
@@ -18,8 +23,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def launch(cache_dir, extra=()):
-    cmd = [sys.executable, "-m", "mindrl.cli", "train", "--config", "examples/grpo/tiny_math.yaml",
+DEMO = "examples/grpo/tiny_math.yaml"
+
+
+def launch(cache_dir, extra=(), config=DEMO):
+    cmd = [sys.executable, "-m", "mindrl.cli", "train", "--config", config,
            "rl_config.train_iters=1", "actor_config.lr_warmup_iters=0", "actor_config.save=null",
            "actor_config.save_interval=0", "eval.path=null", "logging.progress_bar=false",
            f"logging.log_dir={cache_dir}/logs/<run_id>", "runtime.enable_compile_cache=true",
@@ -35,21 +43,30 @@ def launch(cache_dir, extra=()):
 
 
 def main():
-    if not os.path.exists(os.path.join(ROOT, "dataset", "tiny_math", "prompts.mindrecord")):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=DEMO, help=f"training config (default {DEMO}, the demo)")
+    ap.add_argument("--no-other", action="store_true", help="skip the launch with another batch size")
+    ap.add_argument("overrides", nargs="*", help="key=value added to every launch")
+    args = ap.parse_args()
+    if args.config == DEMO and not os.path.exists(os.path.join(ROOT, "dataset", "tiny_math", "prompts.mindrecord")):
         raise SystemExit("run `bash scripts/run_demo.sh rl_config.train_iters=1` once to create the demo data")
     d = tempfile.mkdtemp(prefix="bench_startup_")
+    runs = []
     try:
-        cold = launch(d)
-        warm = launch(d)
-        other = launch(d, ["rl_config.global_batch_size=32"])  # another shape: must not reuse the cache
+        runs.append(("cold cache", launch(d, args.overrides, args.config)))
+        runs.append(("warm cache (same config)", launch(d, args.overrides, args.config)))
+        if not args.no_other:  # another shape: must not reuse the cache
+            runs.append(("other shapes (new key)",
+                         launch(d, [*args.overrides, "rl_config.global_batch_size=32"], args.config)))
         entries = sorted(os.listdir(os.path.join(d, "cache")))
     finally:
         shutil.rmtree(d, ignore_errors=True)
+    print(f"{args.config}{' ' + ' '.join(args.overrides) if args.overrides else ''}")
     print(f"{'launch':28} {'start-up (s)':>12} {'first step (s)':>15} {'process (s)':>12}")
-    for name, (s, step, wall) in (("cold cache", cold), ("warm cache (same config)", warm),
-                                  ("other shapes (new key)", other)):
+    for name, (s, step, wall) in runs:
         print(f"{name:28} {s:12.2f} {step:15.2f} {wall:12.2f}")
-    print(f"cache keys created: {len(entries)} (expected 2: one per config/shape)")
+    print(f"cache keys created: {len(entries)} (expected {len(runs) - 1}: one per config/shape)")
+    cold, warm = runs[0][1], runs[1][1]
     print(f"ratio warm/cold start-up: {warm[0] / cold[0]:.2f}  (saving {cold[0] - warm[0]:.1f} s)")
 
 
