@@ -204,7 +204,6 @@ def value_loss(
     return vf_loss, vf_clipfrac
 
 
-
 def gae_returns(token_rewards, values, mask, gamma=1.0, lam=0.95):
     """GAE's raw advantages and returns in the graph, for masks that are a prefix of each row (a response's tokens,
     then padding): ``delta_t = r_t + gamma * V_{t+1} - V_t`` (V is 0 after the last valid token) and

@@ -15,8 +15,9 @@ Filled while sampling (every rank, for its own rows):
 Filled after the exchange, by the stages this run has (None otherwise):
     loss_mask [N, R] float32 (response_mask, truncated rows zeroed with mask_truncated_completions),
     old_log_probs [N, R] (the policy before this step's updates), ref_log_probs [N, R] (the reference),
-    values [N, R] (critic; by its update when a step makes one, see trainer/loop.py), rm_score [N] float32 (reward model), score (again, with every term), reward [N]
-    float64 and token_rewards [N, R] float32 (what the estimator reads), advantages [N, R], returns [N, R].
+    values [N, R] (critic; by its update when a step makes one, see trainer/loop.py), rm_score [N] float32
+    (reward model), score (again, with every term), reward [N] float64 and token_rewards [N, R] float32 (what the
+    estimator reads), advantages [N, R], returns [N, R].
 The reward's names and how its terms add up: algorithms/sequence_reward.py.
 """
 from __future__ import annotations
