@@ -197,27 +197,29 @@ def test_gae_matches_reference_with_holes():
 
 
 class _GaeCell(nn.Cell):
-    def __init__(self, gamma, lam):
+    def __init__(self, gamma, lam, block=None):
         super().__init__()
-        self.gamma, self.lam = gamma, lam
+        self.gamma, self.lam, self.block = gamma, lam, block
 
     def construct(self, r, v, m):
-        return losses.gae_returns(r, v, m, self.gamma, self.lam)
+        return losses.gae_returns(r, v, m, self.gamma, self.lam, self.block)
 
 
-@pytest.mark.parametrize("mode", ["pynative", "graph"])
-def test_gae_in_the_graph_matches_reference_on_response_masks(mode, request):
+@pytest.mark.parametrize("mode, width, block", [("pynative", 11, None), ("graph", 11, None), ("graph", 11, 3),
+                                                ("graph", 12, 4), ("pynative", 300, None)])
+def test_gae_in_the_graph_matches_reference_on_response_masks(mode, width, block, request):
     """The critic's update computes returns in its graph (trainer/critic_graphs.py CriticValuesLossCell): on masks
-    that are a response's tokens then padding (an all-masked row too) they are the float64 loop's."""
+    that are a response's tokens then padding (an all-masked row too) they are the float64 loop's, in one block of
+    positions or several (11 in blocks of 3: the last one padded; 300 in blocks of 18, the default past 256)."""
     if mode == "graph":
         request.getfixturevalue("graph_mode")
     rng = np.random.default_rng(21)
-    B, L = 6, 11
+    B, L = 6, width
     m = random_mask(rng, B, L)
     m[0] = 1.0  # a response that fills the width
     r, v = rng.normal(size=(B, L)), rng.normal(size=(B, L))
     for gamma, lam in [(1.0, 1.0), (0.99, 0.95), (0.9, 0.0), (1.0, 0.95)]:
-        adv, ret = _GaeCell(gamma, lam)(T(r), T(v), T(m))
+        adv, ret = _GaeCell(gamma, lam, block)(T(r), T(v), T(m))
         radv, rret = ref_gae(r, v, m, gamma, lam)
         np.testing.assert_allclose(npf(adv), radv, rtol=1e-5, atol=2e-5)
         np.testing.assert_allclose(npf(ret), rret, rtol=1e-5, atol=2e-5)

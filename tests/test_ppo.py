@@ -751,12 +751,11 @@ def test_mindspeed_rl_ppo_yaml_loads_into_typed_values(tmp_path):
     ([], "2 updates per step: the later ones read newer weights"),  # the example: 2 mini-batches
     (["rl_config.mini_batch_size=256"], ""),
     (["rl_config.mini_batch_size=256", "rl_config.ppo_epochs=2"], "2 updates per step: the later ones read newer weights"),
-    (["rl_config.mini_batch_size=256", "generate_config.max_tokens=4096"],
-     "responses of up to 4096 tokens, more than the 2048 the update's graph computes returns for"),
+    (["rl_config.mini_batch_size=256", "generate_config.max_tokens=4096"], ""),  # long responses too
 ])
 def test_the_plan_says_where_the_critics_values_come_from(over, apart):
-    """One update per step and responses of at most 2048 tokens: the critic's update gives the values (its
-    GAE's [R, R] discounts stay small); otherwise a value pass of their own, and the plan says why."""
+    """One update per step: the critic's update gives the values; otherwise a value pass of their own, and the
+    plan says why."""
     from mindrl.config import load_train_config
     from mindrl.config.plan import plan_run
     plan = plan_run(load_train_config(PPO_YAML, over, check_paths=False), 1)

@@ -9,6 +9,8 @@ them from Python (or store them on the Cell), not as tensors.
 Shapes: ``[B, T]`` per-token tensors (B sequences, T response positions) and a ``mask`` of the
 same shape, 1 for a valid response token and 0 for padding (any numeric dtype).
 """
+import math
+
 from mindspore import nn, ops
 
 from .kl import get_kl_estimator
@@ -204,21 +206,41 @@ def value_loss(
     return vf_loss, vf_clipfrac
 
 
-def gae_returns(token_rewards, values, mask, gamma=1.0, lam=0.95):
+def _discounts(n: int, base: float, dtype):
+    """[n, n]: entry (l, t) is base^(l - t) for l >= t, else 0."""
+    steps = ops.arange(n).astype(dtype)
+    ahead = steps.reshape(-1, 1) - steps.reshape(1, -1)  # (l, t): how far l is after t
+    return ops.select(ahead >= 0, ops.pow(ops.fill(dtype, (), float(base)), ops.relu(ahead)), ops.zeros_like(ahead))
+
+
+def gae_returns(token_rewards, values, mask, gamma=1.0, lam=0.95, block=None):
     """GAE's raw advantages and returns in the graph, for masks that are a prefix of each row (a response's tokens,
     then padding): ``delta_t = r_t + gamma * V_{t+1} - V_t`` (V is 0 after the last valid token) and
-    ``A_t = sum_{l >= t} (gamma * lam)^(l - t) * delta_l``, one product with an [R, R] matrix of discounts instead
-    of a loop over positions. ``returns = A + V``. Both are 0 at masked positions, not whitened: the host's
-    ``advantages.gae_advantages`` on the same inputs (whose loop also skips masked positions inside a row)."""
+    ``A_t = sum_{l >= t} c^(l - t) * delta_l`` with ``c = gamma * lam``; ``returns = A + V``. Both are 0 at masked
+    positions, not whitened: the host's ``advantages.gae_advantages`` on the same inputs (whose loop also skips
+    masked positions inside a row).
+
+    Products with discount matrices instead of a loop over positions. The R positions go in blocks of ``block``
+    (default about sqrt(R)): a [block, block] product sums within each block, a [blocks, blocks] one carries each
+    block's start back over the blocks after it, so no [R, R] matrix is formed (256 MiB at R = 8192)."""
     mask = ops.cast(mask, values.dtype)
-    steps = ops.arange(mask.shape[1]).astype(values.dtype)
-    ahead = steps.reshape(-1, 1) - steps.reshape(1, -1)  # (l, t): how far l is after t
-    base = ops.fill(values.dtype, (), float(gamma) * float(lam))
-    discounts = ops.select(ahead >= 0, ops.pow(base, ops.relu(ahead)), ops.zeros_like(ahead))
+    dtype, (b, r) = values.dtype, mask.shape
+    c = float(gamma) * float(lam)
     v = values * mask
     nxt = ops.concat((v[:, 1:], ops.zeros_like(v[:, :1])), 1)
     delta = (token_rewards + gamma * nxt - v) * mask
-    adv = ops.matmul(delta, discounts) * mask
+    k = int(block) if block else (r if r <= 256 else int(math.ceil(math.sqrt(r))))
+    n = -(-r // k)
+    if n == 1:
+        adv = ops.matmul(delta, _discounts(r, c, dtype))
+    else:
+        padded = ops.pad(delta, (0, n * k - r)) if n * k > r else delta
+        local = ops.matmul(padded.reshape(b * n, k), _discounts(k, c, dtype)).reshape(b, n, k)
+        starts = ops.matmul(local[:, :, 0], _discounts(n, c ** k, dtype))  # A at each block's first position
+        later = ops.concat((starts[:, 1:], ops.zeros_like(starts[:, :1])), 1)  # ... at the next block's
+        tail = ops.pow(ops.fill(dtype, (), c), k - ops.arange(k).astype(dtype))  # c^(k - i) at offset i
+        adv = (local + later.reshape(b, n, 1) * tail.reshape(1, 1, k)).reshape(b, n * k)[:, :r]
+    adv = adv * mask
     return adv, (adv + v) * mask
 
 

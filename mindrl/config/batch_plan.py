@@ -46,7 +46,6 @@ class BatchPlan:
     ptx_rows_per_update: Optional[int] = None   # PPO-ptx supervised rows per update (None: no PPO-ptx)
     off_policy: bool = False       # partial rollout or TIS: the rollout's log-probs may be another policy's
     shared_prompt: bool = False    # the actor's update computes each group's prompt once (rl_config.share_prompt)
-    response_tokens: int = 0       # generate_config.max_tokens: the widest response
     unshared_why: str = ""         # why it does not, when it could not
 
     def shared_group(self, micro_batch: Optional[int]) -> int:
@@ -89,27 +88,11 @@ class BatchPlan:
             return None
         return self.responses_per_update // self.critic.dp // self.critic_micro_batch
 
-    # the widest response whose returns the critic's graph computes: its GAE holds [R, R] discounts (16 MiB here)
-    VALUES_IN_UPDATE_MAX_TOKENS = 2048
-
     @property
     def critic_values_in_update(self) -> bool:
         """The critic's values come from its update's forward, not a pass of their own: with a single update per
-        step its forward reads the weights that pass would (trainer/critic_graphs.py CriticValuesLossCell). Not
-        for responses longer than VALUES_IN_UPDATE_MAX_TOKENS, whose [R, R] GAE in the graph would cost more memory
-        than the pass."""
-        return self.critic is not None and self.updates == 1 and \
-            self.response_tokens <= self.VALUES_IN_UPDATE_MAX_TOKENS
-
-    @property
-    def critic_values_apart_why(self) -> str:
-        """Why the critic's values need a pass of their own ("" when its update gives them)."""
-        if self.critic is None or self.critic_values_in_update:
-            return ""
-        if self.updates > 1:
-            return f"{self.updates} updates per step: the later ones read newer weights"
-        return (f"responses of up to {self.response_tokens} tokens, more than the "
-                f"{self.VALUES_IN_UPDATE_MAX_TOKENS} the update's graph computes returns for")
+        step its forward reads the weights that pass would (trainer/critic_graphs.py CriticValuesLossCell)."""
+        return self.critic is not None and self.updates == 1
 
     @property
     def recompute_old_log_probs(self) -> bool:
@@ -220,7 +203,7 @@ def plan_batches(cfg, world: int) -> BatchPlan:
         epochs=rl.ppo_epochs, train=train, infer=infer, micro_batch=rl.micro_batch_size, shuffle=rl.shuffle_minibatch,
         logprob_micro_batch=rl.actor_forward_micro_batch_size or rl.micro_batch_size,
         rollout_batch=min(gen.max_num_seqs or per_replica, per_replica), critic=critic_layout, reward=reward_layout,
-        critic_micro_batch=None if critic is None else critic.micro_batch_size, response_tokens=gen.max_tokens,
+        critic_micro_batch=None if critic is None else critic.micro_batch_size,
         ref_micro_batch=(rl.ref_forward_micro_batch_size or rl.micro_batch_size) if rl.kl_coef > 0 else None,
         reward_micro_batch=None if rm is None else rm.micro_batch_size, ptx_rows_per_update=ptx_rows,
         off_policy=rl.partial_rollout_max_split > 1 or rl.tis_cap is not None,

@@ -481,10 +481,11 @@ class RunPlan:
             out.append(f"  critic: {_count(b.updates, 'optimizer update')} per step; layout {b.critic.text()}: per rank "
                        f"{_count(b.critic_micro_batches_per_update, 'micro-batch')} of "
                        f"{_count(b.critic_micro_batch, 'response')} per update")
-            out.append("          values: " + ("from the critic's update, run before the advantages (a single update "
-                                              "per step: its forward reads the weights a value pass would)" if
-                                              b.critic_values_in_update else
-                                              f"a pass of their own before the updates ({b.critic_values_apart_why})"))
+            values = ("from the critic's update, run before the advantages (a single update per step: its forward "
+                      "reads the weights a value pass would)" if b.critic_values_in_update else
+                      f"a pass of their own before the updates ({b.updates} updates per step: the later ones read "
+                      "newer weights)")
+            out.append(f"          values: {values}")
         why = "more than one update per step" if b.updates > 1 else "the rollout's may be an older policy's"
         old = (f"recomputed before the updates ({why})" if b.recompute_old_log_probs
                else "the rollout's own (a single update per step)")
