@@ -64,6 +64,7 @@ def test_mini_batches_follow_rollout_order_without_shuffle():
 
     class Recorder:
         metrics = (("loss", "sum"),)
+        row_outputs = ()
 
         def __init__(self):
             self.rows = []
