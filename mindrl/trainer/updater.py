@@ -290,7 +290,7 @@ def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np
     ``term.run_chunk(k, count)`` for mini-batch k of count returns partial sums of ``term.metrics``.
 
     ``row_outputs``: filled with the loss cell's ``ROW_OUTPUTS`` (name -> [N, ...]) of the last pass, this replica's
-    rows only (the others stay 0; the caller sums them over replicas).
+    rows only (the others stay 0; the caller gathers each replica's rows).
 
     Returns the mean over mini-batches of each metric and of the gradient norm (``grad_norm``).
     """
@@ -322,7 +322,7 @@ def update_epochs(updater: Updater, arrays: Dict[str, np.ndarray], loss_mask: np
                     for name, rows_out in zip(updater.row_outputs, outs[at:] if row_outputs is not None else ()):
                         if name not in row_outputs:
                             row_outputs[name] = np.zeros((n,) + rows_out.shape[1:], rows_out.dtype)
-                        row_outputs[name][r] = rows_out[:len(r)]
+                        row_outputs[name][r] = rows_out
                     outs = outs[:at]
                 w = loss_mask[r].sum() / max(loss_mask[rows].sum(), 1.0)  # token share, for the per-token means
                 acc[:len(outs)] += [v if kind == "sum" else v * w for v, (_, kind) in zip(outs, updater.metrics)]
