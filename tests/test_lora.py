@@ -255,7 +255,7 @@ def lora_run(workdir):
     return _run(_config(workdir, "lora"))
 
 
-def test_grpo_trains_the_adapters_only_rolls_out_merged_and_resumes_exactly(workdir, lora_run):
+def test_grpo_trains_the_adapters_only_rolls_out_adapted_and_resumes_exactly(workdir, lora_run):
     from mindrl.models.lora import read_peft_adapter
     from mindrl.models.weights import TensorSource
     full = lora_run
@@ -278,10 +278,28 @@ def test_grpo_trains_the_adapters_only_rolls_out_merged_and_resumes_exactly(work
     assert changed == 7 and max(np.abs(v).max() for k, v in adapters.items() if ".lora_B." in k) > 1e-3
     moments = TensorSource(str(policy / "optimizer.safetensors")).names()
     assert moments and all(".lora_" in n for n in moments if n != "global_step")  # no state for the base
-    # the rollout model holds the merged weights
-    infer = dict(full.policy.infer_net.parameters_and_names())
-    q = "model.layers.0.self_attn.q_proj.weight"
-    np.testing.assert_allclose(infer[q].asnumpy().T, merged.get(q), rtol=0, atol=1e-6)
+    # at equal layouts the rollout decodes the train network itself, adapters included (the base held once):
+    # greedy tokens and their log-probs are the merged export's, computed here in float64 from its logits
+    from mindrl.models import from_pretrained
+    from mindrl.rollout.sampling import SamplingParams
+    assert full.policy.infer_net is full.policy.net
+    prompts = np.random.default_rng(5).integers(3, 150, size=(3, 9)).tolist()
+    out = full.policy.generate(prompts, SamplingParams(n=1, max_tokens=6, do_sample=False), seed=0)
+    exported, plain = from_pretrained(str(policy)), from_pretrained(str(workdir / "policy"))
+    moved = 0.0
+    for prompt, tokens, lps in zip(prompts, out.tokens, out.log_probs):
+        ids = np.array([prompt + tokens], np.int32)
+        for lm, name in ((exported, "merged"), (plain, "base")):
+            logits = lm.logits(ids)[0, len(prompt) - 1:-1].astype(np.float64)
+            logp = logits - logits.max(-1, keepdims=True)
+            logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+            want = logp[np.arange(len(tokens)), tokens]
+            if name == "merged":
+                assert list(logits.argmax(-1)) == tokens
+                np.testing.assert_allclose(lps, want, rtol=0, atol=2e-5)
+            else:
+                moved = max(moved, float(np.abs(lps - want).max()))
+    assert moved > 1e-3  # the adapters change what the rollout samples from
 
     import shutil
     shutil.copytree(workdir / "lora" / "ckpt" / "iter_0000002", workdir / "lora_src" / "iter_0000002")
@@ -295,6 +313,34 @@ def test_grpo_trains_the_adapters_only_rolls_out_merged_and_resumes_exactly(work
             assert a[key] == b[key], key
     wa, wb = full.policy.state_dict(), resumed.policy.state_dict()
     assert sorted(wa) == sorted(wb) and all(np.array_equal(wa[k], wb[k]) for k in wa)
+
+
+def test_reshard_into_another_layout_writes_the_merged_weights(base):
+    """A LoRA train network resharded into a plain rollout network (another layout's copy) writes W + s A B there,
+    in place: held against float64 numpy from the same tensors."""
+    from mindspore import Tensor
+    from mindrl.models import from_pretrained
+    from mindrl.models.weights import state_numpy
+    from mindrl.parallel.reshard import Resharder, rename_parameters
+    lm, spec, names = _mindrl_lora(base)
+    rng = np.random.default_rng(11)
+    params = dict(lm.parameters_and_names())
+    for n in names:  # B starts at zero: give both factors values so the product is not zero
+        params[n].set_data(Tensor(rng.normal(0, 0.05, params[n].shape).astype(np.float32)))
+    infer = from_pretrained(base).net
+    rename_parameters(infer, "infer")
+    for _, p in infer.parameters_and_names():
+        p.set_data(Tensor(np.zeros(p.shape, np.float32)))
+    Resharder(lm, infer, lm.tp, infer.tp, spec.scale)()
+    train, got = state_numpy(lm), state_numpy(infer)
+    assert sorted(got) == sorted(n for n in train if ".lora_" not in n)
+    for name, value in got.items():  # HF orientation: W [out, in], A [r, in], B [out, r]
+        module = name[:-len(".weight")]
+        want = train[name].astype(np.float64)
+        if f"{module}.lora_A.weight" in train:
+            want = want + spec.scale * (train[f"{module}.lora_B.weight"].astype(np.float64)
+                                        @ train[f"{module}.lora_A.weight"].astype(np.float64))
+        np.testing.assert_allclose(value, want, rtol=0, atol=1e-6, err_msg=name)
 
 
 def test_ppo_with_a_lora_critic_saves_its_value_head_with_the_adapter(workdir):

@@ -27,10 +27,11 @@ class Policy(TrainedNetwork):
         super().__init__(run, spec)
         plan, topo = run.plan, run.topo
         self._build("causal_lm")
-        # the rollout model: the train network itself when the layouts match (and it has no adapters), else a copy
-        # in the infer layout whose weights come from the train model by reshard (merged with the adapters)
+        # the rollout model: the train network itself when the layouts match, LoRA's adapters included (decoding
+        # adds their two rank-r products per projection, and the base is held once); else a copy in the infer
+        # layout whose weights come from the train model by reshard (merged with the adapters, W + s A B)
         lora = spec.lora
-        self.infer_net = self.net if topo.infer.tp == topo.train.tp and lora is None else \
+        self.infer_net = self.net if topo.infer.tp == topo.train.tp else \
             build_net(spec, "causal_lm", topo.infer, self.model_config, rename="infer", train=False, init=False)
         self.resharder = Resharder(self.net, self.infer_net, topo.train.tp_context(), topo.infer.tp_context(),
                                    lora.scale if lora else 0.0)
