@@ -17,6 +17,28 @@ def rel(a, b):
     return float(np.linalg.norm(np.asarray(a, np.float64) - b) / max(np.linalg.norm(b), 1e-30))
 
 
+def _adapt(net, tp1):
+    """Rank-4 adapters on every projection of ``net``, B set from one full array per module (split like the
+    factor), so a tp=1 and a tp=2 network get the same full adapters."""
+    from mindspore import Tensor
+    from mindrl.models.lora import PROJECTIONS, LoraSpec, add_lora, adapted_projections
+    spec = LoraSpec(4, 8.0, PROJECTIONS)
+    add_lora(net, spec, name_prefix="lora1" if tp1 else "lora2")
+    for name, cell in adapted_projections(net, spec.targets).items():
+        factor = cell.lora_B
+        local = factor.weight.shape  # stored [r, out(/tp)]
+        full = list(local)
+        if factor.split is not None:
+            full[factor.split] *= factor.tp.size
+        seed = sum(ord(c) * (i + 1) for i, c in enumerate(name))
+        b = np.random.default_rng(seed).normal(0, 0.3, size=full).astype(np.float32)
+        if factor.split is not None:
+            n, r = local[factor.split], factor.tp.rank
+            b = np.take(b, np.arange(r * n, (r + 1) * n), axis=factor.split)
+        factor.weight.set_data(Tensor(b))
+    return spec
+
+
 def check_layers(hf_dir, out):
     import mindspore as ms
     from mindspore import Tensor
@@ -80,6 +102,21 @@ def check_layers(hf_dir, out):
     Resharder(two.net, fresh.net, tp2, fresh.net.tp)()
     a, b = one.state_dict(), fresh.state_dict()
     res["roundtrip_exact"] = all(np.array_equal(a[k], b[k]) for k in a)
+
+    # LoRA between layouts: the rollout copy receives W + s A B, merged on each rank's shard before any gather.
+    # The same full adapters at tp=1 and tp=2 (A drawn per module name; B set from one full array per module)
+    lora1, lora2 = from_pretrained(hf_dir), from_pretrained(hf_dir, tp=tp2)
+    rename_parameters(lora1.net, "lora1")
+    rename_parameters(lora2.net, "lora2")
+    spec = _adapt(lora1.net, tp1=True)
+    _adapt(lora2.net, tp1=False)
+    want = lora1.logits(ids)
+    res["lora_tp_logits_rel"] = rel(lora2.logits(ids), want)        # the adapted models agree across layouts
+    res["lora_changes_logits_rel"] = rel(one.logits(ids), want)     # and differ from the base
+    Resharder(lora1.net, two.net, lora1.net.tp, tp2, spec.scale)()  # tp=1 -> tp=2: local slices of the merge
+    res["lora_reshard_to_tp2_rel"] = rel(two.logits(ids), want)
+    Resharder(lora2.net, fresh.net, tp2, fresh.net.tp, spec.scale)()  # tp=2 -> tp=1: the merged shards gathered
+    res["lora_reshard_to_tp1_rel"] = rel(fresh.logits(ids), want)
     if rank == 0:
         with open(out, "w") as fh:
             json.dump(res, fh)

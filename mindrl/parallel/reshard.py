@@ -2,7 +2,7 @@
 
 The plan is computed once from the two layouts and replayed as one compiled graph. Per parameter it
 moves the fewest bytes the platform allows:
-- same object (both layouts tp=1 on one net): nothing at all;
+- same object (equal layouts: the policy rolls out with its train network, adapters included): nothing at all;
 - the train rank already holds what the infer rank needs (train tp=1, or the same shard): a local
   slice and copy, no communication;
 - otherwise: gather the train shards over the train tp group (padded all-reduce), then slice.
@@ -118,8 +118,8 @@ class _Copy(nn.Cell):
 
 
 class Resharder:
-    """Copies ``train_net``'s parameters into ``infer_net`` (built with another tp layout, or without adapters: a
-    LoRA train network's weights arrive merged, W + (alpha/r) A B)."""
+    """Copies ``train_net``'s parameters into ``infer_net``, a plain network in another tp layout: a LoRA train
+    network's weights arrive merged, W + (alpha/r) A B."""
 
     def __init__(self, train_net, infer_net, train_tp, infer_tp, lora_scale: float = 0.0):
         self.noop = train_net is infer_net
