@@ -315,9 +315,10 @@ def test_grpo_trains_the_adapters_only_rolls_out_adapted_and_resumes_exactly(wor
     assert sorted(wa) == sorted(wb) and all(np.array_equal(wa[k], wb[k]) for k in wa)
 
 
-def test_reshard_into_another_layout_writes_the_merged_weights(base):
-    """A LoRA train network resharded into a plain rollout network (another layout's copy) writes W + s A B there,
-    in place: held against float64 numpy from the same tensors."""
+def test_reshard_into_a_plain_copy_writes_the_merged_weights(base):
+    """A LoRA train network resharded into a plain network (the rollout copy another layout needs; here both at
+    tp=1, the msrun layer test goes between tp=1 and tp=2) writes W + s A B there, in place: held against float64
+    numpy from the same tensors."""
     from mindspore import Tensor
     from mindrl.models import from_pretrained
     from mindrl.models.weights import state_numpy
