@@ -323,7 +323,8 @@ def test_grpo_train_tp2_matches_single_process(grpo_dir, tmp_path, lora):
     over = TWO_STEPS + (LORA if lora else ["actor_config.lr=1e-3"])
     a, b = run_both_ways(d, tmp_path, name, over, ["generate_config.infer_tensor_parallel_size=2",
                                                      "actor_config.tensor_model_parallel_size=2"])
-    assert a["grpo/score/mean"] == pytest.approx(b["grpo/score/mean"], rel=1e-6)  # step 2's rollouts: the updated weights
+    # step 2's rollouts: the updated weights
+    assert a["grpo/score/mean"] == pytest.approx(b["grpo/score/mean"], rel=1e-6)
     assert a["actor/kl_loss"] > 0  # the first update moved the policy away from the reference
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):
         assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
