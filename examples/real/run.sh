@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real pretrained LLM, end to end: SmolLM2-135M-Instruct learns two-digit addition from a rule reward.
 #
-#   bash examples/real/run.sh              # model, data, GRPO, PPO (on 2 quiet cores about 10 and 20 minutes)
+#   bash examples/real/run.sh              # model, data, GRPO, PPO (on 2 quiet cores about 6 and 9 minutes)
 #   bash examples/real/run.sh --prepare    # model and data only (what bench/learning_real.py needs)
 #   bash examples/real/run.sh --grpo       # model, data, GRPO only (--ppo: PPO only)
 #   bash examples/real/run.sh --grpo rl_config.train_iters=5     # anything after the stage: config overrides
