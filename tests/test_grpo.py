@@ -174,6 +174,33 @@ def test_training_widths_grow_with_the_longest_batch_and_never_shrink():
     assert got == [(64, 32), (64, 32), (64, 32), (64, 64), (64, 32), (128, 64), (64, 64), (64, 32)]
 
 
+def test_plan_says_how_training_widths_are_padded(workdir):
+    """The run plan's `training widths:` line: the padding rule and the widest widths, from the same rule the
+    trainer pads with (RolloutPlan.widths); with the compile cache the widths are fixed at those maxima."""
+    import math
+    from mindrl.config.plan import plan_run
+
+    def widths_line(**over):
+        plan = plan_run(make_config(workdir, "widths", **over), 1)
+        lines = [x for x in plan.lines() if x.startswith("  training widths: ")]
+        assert len(lines) == 1
+        return plan.rollout, lines[0]
+
+    ro, line = widths_line()
+    p, r = ro.max_prompt_length, ro.max_tokens
+    two = (2 ** math.ceil(math.log2(max(p, 8))), 2 ** math.ceil(math.log2(max(r, 4))))
+    assert ro.widths(p, r) == two and not ro.static_shapes
+    assert f"padded to the next power of two, at most {two[0]} and {two[1]} positions" in line
+    assert "never shrink" in line
+    ro, line = widths_line(**{"rl_config.pad_to_multiple_of": 3})
+    three = (3 * math.ceil(p / 3), 3 * math.ceil(r / 3))
+    assert ro.widths(p, r) == three and ro.widths(1, 1) == (3, 3)
+    assert f"padded to the next multiple of 3, at most {three[0]} and {three[1]} positions" in line
+    ro, line = widths_line(**{"rl_config.pad_to_multiple_of": 3, "runtime.enable_compile_cache": "true"})
+    assert ro.static_shapes
+    assert line.startswith(f"  training widths: {three[0]} prompt and {three[1]} response positions for every batch")
+
+
 def test_single_update_reuses_rollout_log_probs(workdir):
     from mindrl.trainer import RLTrainer
     one = RLTrainer(make_config(workdir, "one", **{"rl_config.train_iters": 1, "actor_config.save": "null",

@@ -21,6 +21,7 @@ from typing import Dict, Optional, Tuple
 
 from mindrl.algorithms import get_advantage_estimator
 from mindrl.config.batch_plan import BatchPlan, StageLayout, plan_batches
+from mindrl.data.widths import padded_width
 from mindrl.models.lora import LoraSpec, target_projections
 
 
@@ -253,11 +254,27 @@ class RolloutPlan:
     pad_to_multiple_of: int = 0        # the training widths: 0 = powers of two, n = multiples of n
     max_split: int = 1                 # partial rollout: rounds the longest response may take (1 = off)
     tis_cap: Optional[float] = None    # truncated importance sampling of the policy loss (None = off)
+    static_shapes: bool = False        # fixed widths: the configured maxima (compile cache, only_save_strategy)
 
     @property
     def round_tokens(self) -> int:
         """New tokens a response gets per rollout round."""
         return -(-self.max_tokens // self.max_split)
+
+    def widths(self, prompt: int, response: int) -> Tuple[int, int]:
+        """The (prompt, response) widths the training and scoring graphs pad a batch of these longest lengths to."""
+        m = self.pad_to_multiple_of
+        return padded_width(prompt, m), padded_width(response, m, 4)
+
+    def widths_line(self) -> str:
+        pad = f"the next multiple of {self.pad_to_multiple_of}" if self.pad_to_multiple_of else "the next power of two"
+        p, r = self.widths(self.max_prompt_length, self.max_tokens)
+        if self.static_shapes:
+            return (f"  training widths: {p} prompt and {r} response positions for every batch (the configured maxima "
+                    f"padded to {pad}; fixed shapes for the compile cache)")
+        return (f"  training widths: a batch's longest prompt and response padded to {pad}, at most {p} and {r} "
+                f"positions; the compiled widths grow with the longest batch met and never shrink "
+                f"(rl_config.pad_to_multiple_of)")
 
 
 @dataclass(frozen=True)
@@ -334,7 +351,8 @@ def plan_rollout(cfg) -> RolloutPlan:
         d.ptx_path if rl.pretrain_coef > 0 else None, gen.max_prompt_length, gen.max_tokens, gen.min_tokens,
         gen.do_sample, gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty, tuple(gen.stop_token_ids),
         gen.seed, rl.dynamic_sampling, rl.dynamic_sampling_metric,
-        rl.mask_truncated_completions, rl.pad_to_multiple_of, rl.partial_rollout_max_split, rl.tis_cap)
+        rl.mask_truncated_completions, rl.pad_to_multiple_of, rl.partial_rollout_max_split, rl.tis_cap,
+        bool(cfg.runtime.enable_compile_cache or cfg.runtime.only_save_strategy))
 
 
 # -- the schedule and the held-out set ---------------------------------------------------------------------------------
@@ -491,6 +509,8 @@ class RunPlan:
                else "the rollout's own (a single update per step)")
         out.append(f"  old log-probs: {old}; log-prob passes in micro-batches of {b.logprob_micro_batch}"
                    + (f", the reference's of {b.ref_micro_batch}" if b.ref_micro_batch else ""))
+        if ro is not None:
+            out.append(ro.widths_line())
         if self.reward is not None:
             out += self.reward.lines()
         if self.eval is not None and self.eval.sampled:

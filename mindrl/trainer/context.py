@@ -31,21 +31,6 @@ def seed_from(*parts) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 
-def bucket(n: int, minimum: int = 8) -> int:
-    """The padded width a batch of longest row ``n`` is compiled for: a power of two from ``minimum`` up."""
-    b = minimum
-    while b < n:
-        b *= 2
-    return b
-
-
-def padded_width(n: int, multiple: int = 0, minimum: int = 8) -> int:
-    """The width rows of longest ``n`` are padded to: :func:`bucket` (a power of two from ``minimum``, few shapes to
-    compile), or with ``multiple`` > 0 the next multiple of it (TRL's pad_to_multiple_of: less padding, a graph per
-    width met)."""
-    return max(-(-n // multiple) * multiple, multiple) if multiple > 0 else bucket(n, minimum)
-
-
 class WidthsRun:
     """The (prompt, response) widths a run's training and scoring graphs have been compiled for. A batch runs at the
     narrowest of them that holds it; only a batch that none holds adds widths, and those hold it and every earlier
@@ -107,7 +92,6 @@ class RunContext:
         """``run_dir``: claim this run's directory (logging.log_dir) and put it into the checkpoint paths; off for
         work that writes no run (``mindrl evaluate``, ``export-strategy``)."""
         rt = cfg.runtime
-        static = bool(rt.enable_compile_cache or rt.only_save_strategy)
         if rt.enable_compile_cache:
             enable_compile_cache(cfg)
         setup_context(rt.mode, rt.threads)
@@ -122,8 +106,8 @@ class RunContext:
             plan = dataclasses.replace(plan, schedule=plan_schedule(cfg))  # its checkpoint path is in the run dir
         tokenizer = load_tokenizer(plan.rollout.tokenizer)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        return cls(topo, exchange, tokenizer, plan.roles["policy"].model.load(), pad_id, static, plan,
-                   plan.schedule.seed)
+        return cls(topo, exchange, tokenizer, plan.roles["policy"].model.load(), pad_id, plan.rollout.static_shapes,
+                   plan, plan.schedule.seed)
 
     @property
     def sampling_seed(self) -> int:
@@ -152,7 +136,7 @@ class RunContext:
     def static_widths(self) -> tuple:
         """(prompt width, response width) of the widest batch: the buckets of the configured maxima."""
         ro = self.plan.rollout
-        return self._widths(ro.max_prompt_length, ro.max_tokens)
+        return ro.widths(ro.max_prompt_length, ro.max_tokens)
 
     def train_widths(self, exp) -> tuple:
         """(prompt width, response width) the training graphs run at for ``exp``: fixed buckets of the configured
@@ -160,11 +144,8 @@ class RunContext:
         (WidthsRun)."""
         if self.static_shapes:
             return self.static_widths()
-        return self.widths_run.fit(*self._widths(*exp.widths_needed()))
+        return self.widths_run.fit(*self.plan.rollout.widths(*exp.widths_needed()))
 
-    def _widths(self, prompt: int, response: int) -> tuple:
-        m = self.plan.rollout.pad_to_multiple_of  # rl_config.pad_to_multiple_of
-        return padded_width(prompt, m), padded_width(response, m, 4)
 
 
 def _stages(plan: RunPlan) -> dict:

@@ -34,7 +34,7 @@ from mindrl.config.dpo import load_dpo_config
 from mindrl.config.plan import WeightsSpec
 from mindrl.parallel.reshard import rename_parameters
 from mindrl.parallel.topology import shard_rows
-from mindrl.trainer.context import padded_width
+from mindrl.data.widths import padded_width
 from mindrl.trainer.offline import OfflineTrainer, run_command
 from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, load_weights, same_weights
 from mindrl.trainer.roles.reference import share_base
@@ -98,7 +98,7 @@ def dpo_losses(chosen, rejected, ref_chosen, ref_rejected, n_chosen, n_rejected,
 
 
 def pairs_arrays(chosen, rejected, prompt_lengths, pad_id: int, max_width: int, multiple: int = 0):
-    """Right-padded ids of both sides at one width (the padded width of the longest, context.padded_width with
+    """Right-padded ids of both sides at one width (the padded width of the longest, data/widths.padded_width with
     ``multiple``, at most ``max_width``) and the
     positions of their response tokens (trainer/sft.py loss_positions: from each row's prompt length to its end),
     both sides at one count of positions, as the policy scores them in one batch."""

@@ -19,7 +19,7 @@ import numpy as np
 from mindspore import nn, ops
 
 from mindrl.data.reader import PTX_COLUMNS, PromptDataset
-from mindrl.trainer.context import bucket
+from mindrl.data.widths import bucket
 from mindrl.trainer.sft import NextTokenNLL, loss_positions
 from mindrl.trainer.updater import AccumulateGrad
 

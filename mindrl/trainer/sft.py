@@ -7,7 +7,7 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 from mindrl.models.scoring import LogProbsAndEntropy
-from mindrl.trainer.context import bucket
+from mindrl.data.widths import bucket
 from mindrl.trainer.optim import AdamW
 
 
