@@ -115,7 +115,10 @@ def test_trained_tiny_model_round_trip(tmp_path):
 def test_trained_smollm2_round_trip(tmp_path):
     model_dir = real_model(tmp_path)
     data(tmp_path, model_dir, 32, 6)
-    policy = train(tmp_path, model_dir, 2, 1e-4, 24)
+    # lr 1e-5: the weights move (checked below) but the answers still end at the end-of-turn token; at 1e-4 two
+    # steps of the digit reward made every greedy answer a run of digits longer than 48 tokens, and the stop
+    # at the end-of-turn token went untested
+    policy = train(tmp_path, model_dir, 2, 1e-5, 24)
     ours, theirs, moved = greedy_both(policy, model_dir, str(tmp_path / "heldout.mindrecord"), 24)
     assert moved > 1e-6
     assert ours == theirs
