@@ -147,7 +147,6 @@ class RunContext:
         return self.widths_run.fit(*self.plan.rollout.widths(*exp.widths_needed()))
 
 
-
 def _stages(plan: RunPlan) -> dict:
     """The topology's layouts, from the plan's: name -> (tp, dp or None, the key that sets tp)."""
     b = plan.batch

@@ -32,9 +32,9 @@ from mindspore import Tensor, nn, ops
 
 from mindrl.config.dpo import load_dpo_config
 from mindrl.config.plan import WeightsSpec
+from mindrl.data.widths import padded_width
 from mindrl.parallel.reshard import rename_parameters
 from mindrl.parallel.topology import shard_rows
-from mindrl.data.widths import padded_width
 from mindrl.trainer.offline import OfflineTrainer, run_command
 from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, load_weights, same_weights
 from mindrl.trainer.roles.reference import share_base

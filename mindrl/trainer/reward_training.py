@@ -19,10 +19,10 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 from mindrl.config.reward_training import load_reward_training_config
+from mindrl.data.widths import bucket
 from mindrl.models.safetensors_io import CheckpointError
 from mindrl.models.weights import weights_path
 from mindrl.parallel.topology import shard_rows
-from mindrl.data.widths import bucket
 from mindrl.trainer.offline import OfflineTrainer, run_command
 from mindrl.trainer.roles.base import Stage, TrainedNetwork
 from mindrl.trainer.roles.critic import value_model_hf_config

@@ -6,8 +6,8 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from mindrl.models.scoring import LogProbsAndEntropy
 from mindrl.data.widths import bucket
+from mindrl.models.scoring import LogProbsAndEntropy
 from mindrl.trainer.optim import AdamW
 
 

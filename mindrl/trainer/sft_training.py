@@ -22,8 +22,8 @@ import numpy as np
 from mindspore import Tensor
 
 from mindrl.config.sft import load_sft_config
-from mindrl.parallel.topology import shard_rows
 from mindrl.data.widths import padded_width
+from mindrl.parallel.topology import shard_rows
 from mindrl.trainer.offline import OfflineTrainer, run_command
 from mindrl.trainer.ptx import PTX_COLUMNS, ptx_rows
 from mindrl.trainer.roles.base import Stage, TrainedNetwork
