@@ -360,6 +360,12 @@ def report(algo, results, a, params):
     later = {k: v for k, v in m["compiles"].items() if int(k) > 2}
     print(f"mindrl graph compiles by step (count, seconds): {m['compiles']}; after step 2: "
           f"{sum(v[0] for v in later.values())} compiles" + (f" {later}" if later else ""))
+    first = {}
+    for step, graph, secs in m.get("compile_events", []):
+        if step == 1:  # a class compiled twice (PPO's actor and critic updates) is named twice: "AccumulateGrad 2"
+            n = sum(1 for name in first if name.split(" ")[0] == graph)
+            first[f"{graph} {n + 1}" if n else graph] = round(secs, 1)
+    print(f"mindrl step 1 compiles by graph (seconds): {first}")
     for ours, peer in (("mindrl", "trl"), ("mindrl_lora", "trl_lora"), ("mindrl_lora", "mindrl")):
         if ours in med and peer in med:
             print(f"ratio {ours}/{peer} {algo} e2e_tps: {med[ours] / med[peer]:.2f}x; peak RSS {ours}/{peer}: "

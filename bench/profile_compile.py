@@ -6,9 +6,13 @@ but a narrow width (--width), so that weights, gradients and activations are a f
 compiler's. Compiles the GRPO update's graph (AccumulateGrad over ActorLossCell, prompts shared by --group samples;
 --group 0 for one row per response) --graphs times, each for a fresh network, and prints per compile its seconds
 and the resident memory (VmRSS) after it, after glibc's malloc_trim, and the first one's front end alone
-(MS_DEV_PRECOMPILE_ONLY=1 in a child process). Nothing runs: only compiles.
+(MS_DEV_PRECOMPILE_ONLY=1 in a child process). Nothing runs: only compiles. With --phases, one more child process
+compiles the graph under MindSpore's compile profile (compile_config.COMPILE_PROFILE) and the script prints where
+that compile's seconds went: type inference, the front end's optimization passes (automatic differentiation,
+inlining, the type inference they repeat), the back end (kernels, memory), and the passes that took longest.
 
     python bench/profile_compile.py                 # 30 layers, 2 compiles: about 1.5 minutes on 2 cores
+    python bench/profile_compile.py --phases        # and where a compile's seconds go (one more compile)
     python bench/profile_compile.py --layers 15     # any depth
     python bench/profile_compile.py --width 256     # the kept memory hardly depends on the width
 
@@ -63,6 +67,24 @@ def compile_once(acc, arrays, a):
     return time.perf_counter() - t0
 
 
+def phases(text: str) -> str:
+    """MindSpore's compile profile (printed by a compile with COMPILE_PROFILE=1) summed up in one line: the top-level
+    actions by seconds, then the four longest passes within them."""
+    import re
+    top = [(m.group(1), float(m.group(2))) for m in re.finditer(r"^\[([\w-]+)\]: ([0-9.e-]+)", text, re.M)]
+    total = re.search(r"^TotalTime = ([0-9.e-]+)", text, re.M)
+    if not top or not total:
+        return "no compile profile found in the child's output"
+    passes = [(m.group(1), float(m.group(2)))
+              for m in re.finditer(r"^    ([\w-]+\.[\w.-]+)\s*:\s*([0-9.]+)s :", text, re.M)]
+    big = sorted(top, key=lambda kv: -kv[1])
+    shown = [f"{name} {secs:.1f} s" for name, secs in big[:3]]
+    rest = float(total.group(1)) - sum(secs for _, secs in big[:3])
+    longest = ", ".join(f"{name} {secs:.1f} s" for name, secs in sorted(passes, key=lambda kv: -kv[1])[:4])
+    return (f"one compile under MindSpore's compile profile, {float(total.group(1)):.1f} s: " + ", ".join(shown) +
+            f", the rest {rest:.1f} s; the longest passes: {longest}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=30)
@@ -71,11 +93,20 @@ def main():
     ap.add_argument("--prompt", type=int, default=48)
     ap.add_argument("--response", type=int, default=24)
     ap.add_argument("--graphs", type=int, default=2)
+    ap.add_argument("--phases", action="store_true", help="also print where one compile's seconds go (MindSpore's "
+                    "compile profile, in a child process)")
     ap.add_argument("--front-end-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--profiled", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     from mindrl.runtime import setup_context
     setup_context("graph")
     before = rss_gb()
+    if a.profiled:  # MindSpore prints its compile profile on stdout when the compile ends
+        import mindspore.graph._parse.compile_config as compile_config
+        compile_config.COMPILE_PROFILE = "1"
+        acc, arrays = build(a, 0)
+        compile_once(acc, arrays, a)
+        return
     if a.front_end_only:
         acc, arrays = build(a, 0)
         compile_once(acc, arrays, a)
@@ -93,9 +124,9 @@ def main():
         kept.append(acc)
         print(f"compile {i + 1}: {secs:.1f} s; resident {grown:.2f} GiB, after malloc_trim {rss_gb():.2f} GiB",
               flush=True)
-    child = subprocess.run([sys.executable, __file__, "--front-end-only", "--layers", str(a.layers), "--width",
-                            str(a.width), "--group", str(a.group), "--prompt", str(a.prompt), "--response",
-                            str(a.response)], capture_output=True, text=True,
+    shape = ["--layers", str(a.layers), "--width", str(a.width), "--group", str(a.group), "--prompt", str(a.prompt),
+             "--response", str(a.response)]
+    child = subprocess.run([sys.executable, __file__, "--front-end-only"] + shape, capture_output=True, text=True,
                            env=dict(os.environ, MS_DEV_PRECOMPILE_ONLY="1"))
     front = [ln for ln in child.stdout.splitlines() if ln.startswith("FRONT ")]
     if front:
@@ -103,6 +134,10 @@ def main():
               "after malloc_trim")
     else:
         print("the front-end-only compile failed:", child.stderr[-500:])
+    if a.phases:
+        child = subprocess.run([sys.executable, __file__, "--profiled"] + shape, capture_output=True, text=True)
+        print(phases(child.stdout + child.stderr) if child.returncode == 0 else
+              f"the profiled compile failed: {child.stderr[-500:]}")
 
 
 if __name__ == "__main__":

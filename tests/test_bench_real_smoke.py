@@ -1,5 +1,6 @@
 """The real-model benchmark runs end to end at tiny sizes (--quick: a tiny random LLaMA with SmolLM2's chat template),
 GRPO and PPO, mindrl and TRL each in its own process, and prints its comparison lines."""
+import ast
 import os
 import re
 import subprocess
@@ -27,8 +28,14 @@ def test_bench_real_quick():
         ratio = re.search(rf"^ratio mindrl/trl {algo.lower()} e2e_tps: ([\d.]+)x; peak RSS mindrl/trl: ([\d.]+)x",
                           table, re.M)
         assert ratio and float(ratio.group(1)) > 0, out
-        compiles = re.search(r"^mindrl graph compiles by step \(count, seconds\): \{'1': \[(\d+), ", table, re.M)
+        compiles = re.search(r"^mindrl graph compiles by step \(count, seconds\): \{'1': \[(\d+), ([\d.]+)\]", table,
+                             re.M)
         assert compiles and int(compiles.group(1)) > 0, out  # the first step compiles the graphs, and is counted
+        by_graph = re.search(r"^mindrl step 1 compiles by graph \(seconds\): (\{.*\})$", table, re.M)
+        assert by_graph, out
+        by_graph = ast.literal_eval(by_graph.group(1))
+        assert "AccumulateGrad" in by_graph, by_graph  # the update's graph is among them, and they add up
+        assert abs(sum(by_graph.values()) - float(compiles.group(2))) <= 0.1 * len(by_graph), (by_graph, compiles[0])
     assert "update_critic" in out and "reward_model" in out  # PPO's split names its stages
 
 

@@ -1,5 +1,6 @@
 """The rollout benchmark runs end to end (tiny sizes) and prints its comparison lines."""
 import os
+import re
 import subprocess
 import sys
 
@@ -63,3 +64,34 @@ def test_bench_memory_quick():
     assert abs(losses["mindrl"] - losses["torch"]) < 1e-4 * abs(losses["torch"])
     assert "losses with and without recompute identical: True" in proc.stdout
     assert sum(x.startswith("ratio ") for x in proc.stdout.splitlines()) == 2
+
+
+@pytest.mark.slow
+def test_compile_layer_sharing_quick():
+    """The layer-sharing experiment builds the same two-layer model three ways; the script itself exits non-zero
+    when the ways' losses or gradients differ, and prints one row per way."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "compile_layer_sharing.py"), "--layers", "2",
+                           "--calls", "2"], capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    rows = {x.split()[0]: x.split()[1:] for x in proc.stdout.splitlines()
+            if x.split() and x.split()[0] in ("per_layer_cells", "shared_cell", "layer_graphs")
+            and x.split()[1] != "against"}
+    assert len(rows) == 3, proc.stdout
+    for way, cols in rows.items():
+        assert float(cols[0].rstrip("s")) > 0 and float(cols[1].rstrip("s")) > 0, (way, cols)
+    assert proc.stdout.count(": the same") == 2, proc.stdout
+
+
+@pytest.mark.slow
+def test_profile_compile_phases():
+    """--phases reads MindSpore's own compile profile: the top-level actions named and timed, the longest passes."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "profile_compile.py"), "--layers", "2",
+                           "--graphs", "1", "--phases"], capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("one compile under MindSpore's compile profile")),
+                None)
+    assert line, proc.stdout
+    total = float(re.search(r"profile, ([\d.]+) s: ", line).group(1))
+    assert total > 0 and "type_inference" in line and "optimize" in line and "the longest passes: " in line, line
