@@ -13,6 +13,7 @@ inlining, the type inference they repeat), the back end (kernels, memory), and t
 
     python bench/profile_compile.py                 # 30 layers, 2 compiles: about 1.5 minutes on 2 cores
     python bench/profile_compile.py --phases        # and where a compile's seconds go (one more compile)
+    python bench/profile_compile.py --graphs 1 --set SINGLE_EVAL=1   # under a MindSpore compile switch
     python bench/profile_compile.py --layers 15     # any depth
     python bench/profile_compile.py --width 256     # the kept memory hardly depends on the width
 
@@ -96,8 +97,20 @@ def main():
     ap.add_argument("--phases", action="store_true", help="also print where one compile's seconds go (MindSpore's "
                     "compile profile, in a child process)")
     ap.add_argument("--front-end-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a MindSpore compile switch (mindspore.graph._parse.compile_config), for every compile; "
+                         "repeatable")
     ap.add_argument("--profiled", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    switches = dict(kv.split("=", 1) for kv in a.set)
+    if switches:
+        import mindspore.graph._parse.compile_config as compile_config
+        unknown = sorted(k for k in switches if k not in compile_config.__all__)
+        if unknown:
+            raise SystemExit(f"profile_compile: not a MindSpore compile switch: {', '.join(unknown)} (see "
+                             f"{compile_config.__file__})")
+        for name, value in switches.items():
+            setattr(compile_config, name, value)
     from mindrl.runtime import setup_context
     setup_context("graph")
     before = rss_gb()
@@ -113,8 +126,8 @@ def main():
         trim()
         print(f"FRONT {rss_gb() - before:.3f}", flush=True)
         return
-    print(f"update graph of a {a.layers}-layer LLaMA {a.width} wide (group {a.group}); resident before: "
-          f"{before:.2f} GiB", flush=True)
+    print(f"update graph of a {a.layers}-layer LLaMA {a.width} wide (group {a.group}"
+          f"{''.join(f', {kv}' for kv in a.set)}); resident before: {before:.2f} GiB", flush=True)
     kept = []
     for i in range(a.graphs):
         acc, arrays = build(a, i)
@@ -125,7 +138,7 @@ def main():
         print(f"compile {i + 1}: {secs:.1f} s; resident {grown:.2f} GiB, after malloc_trim {rss_gb():.2f} GiB",
               flush=True)
     shape = ["--layers", str(a.layers), "--width", str(a.width), "--group", str(a.group), "--prompt", str(a.prompt),
-             "--response", str(a.response)]
+             "--response", str(a.response)] + [f"--set={kv}" for kv in a.set]
     child = subprocess.run([sys.executable, __file__, "--front-end-only"] + shape, capture_output=True, text=True,
                            env=dict(os.environ, MS_DEV_PRECOMPILE_ONLY="1"))
     front = [ln for ln in child.stdout.splitlines() if ln.startswith("FRONT ")]

@@ -85,13 +85,19 @@ def test_compile_layer_sharing_quick():
 
 @pytest.mark.slow
 def test_profile_compile_phases():
-    """--phases reads MindSpore's own compile profile: the top-level actions named and timed, the longest passes."""
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "profile_compile.py"), "--layers", "2",
-                           "--graphs", "1", "--phases"], capture_output=True, text=True, timeout=600, cwd=REPO,
+    """--phases reads MindSpore's own compile profile: the top-level actions named and timed, the longest passes;
+    --set applies a compile switch MindSpore has and refuses a name it does not."""
+    script = os.path.join(REPO, "bench", "profile_compile.py")
+    proc = subprocess.run([sys.executable, script, "--layers", "2", "--graphs", "1", "--phases", "--set",
+                           "ENABLE_FIX_CODE_LINE=0"], capture_output=True, text=True, timeout=600, cwd=REPO,
                           env=dict(os.environ, GLOG_v="3"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "(group 8, ENABLE_FIX_CODE_LINE=0)" in proc.stdout.splitlines()[0], proc.stdout
     line = next((x for x in proc.stdout.splitlines() if x.startswith("one compile under MindSpore's compile profile")),
                 None)
     assert line, proc.stdout
     total = float(re.search(r"profile, ([\d.]+) s: ", line).group(1))
     assert total > 0 and "type_inference" in line and "optimize" in line and "the longest passes: " in line, line
+    bad = subprocess.run([sys.executable, script, "--set", "NO_SUCH_SWITCH=1"], capture_output=True, text=True,
+                         timeout=600, cwd=REPO, env=dict(os.environ, GLOG_v="3"))
+    assert bad.returncode != 0 and "not a MindSpore compile switch: NO_SUCH_SWITCH" in bad.stderr, bad.stderr[-2000:]
