@@ -148,7 +148,7 @@ def run_way(way: str, layers: int, calls: int) -> dict:
             def __init__(self):
                 super().__init__()
                 self.params = ms.ParameterTuple(params)
-                self.shared = LayerMath()
+                self.shared = LayerMath() if way == "shared_cell" else None
                 self.layers = nn.CellList([LayerMath() for _ in range(layers)]) if way == "per_layer_cells" else None
                 self.head = HeadLoss()
 

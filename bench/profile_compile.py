@@ -103,6 +103,8 @@ def main():
     ap.add_argument("--profiled", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     switches = dict(kv.split("=", 1) for kv in a.set)
+    if a.profiled:  # MindSpore prints its compile profile on stdout when the compile ends
+        switches["COMPILE_PROFILE"] = "1"
     if switches:
         import mindspore.graph._parse.compile_config as compile_config
         unknown = sorted(k for k in switches if k not in compile_config.__all__)
@@ -114,9 +116,7 @@ def main():
     from mindrl.runtime import setup_context
     setup_context("graph")
     before = rss_gb()
-    if a.profiled:  # MindSpore prints its compile profile on stdout when the compile ends
-        import mindspore.graph._parse.compile_config as compile_config
-        compile_config.COMPILE_PROFILE = "1"
+    if a.profiled:
         acc, arrays = build(a, 0)
         compile_once(acc, arrays, a)
         return
