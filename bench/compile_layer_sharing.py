@@ -1,15 +1,13 @@
 #!/usr/bin/env python
-"""What compiling costs when a graph's decoder layers share one Cell: the experiment behind mindrl's layer blocks.
+"""What compiling costs when a graph's decoder layers share one Cell: a design experiment for the first step.
 
-A graph unrolls the model's 30 layers, and MindSpore's front end parses, infers and optimizes each Cell's graph
-(`python bench/profile_compile.py --phases`). mindrl's decoder was built with a Cell per layer; it now runs every
-layer of a graph through one parameterless block, each layer's weights its inputs (models/decoder.py, the
-``shared_cell`` way below, measured first here). This script
+mindrl's graphs unroll their 30 layers, each layer a Cell of its own (models/decoder.py), and MindSpore's front
+end parses, infers and optimizes every one of them (`python bench/profile_compile.py --phases`). This script
 builds one forward and backward of a LLaMA with SmolLM2-135M's shapes (30 layers, 576 wide, 9 query and 3
 key/value heads, vocabulary 49,152, tied head; one micro-batch of 8 rows x 72 positions; mindrl's RMSNorm and
 masked softmax with their own backward) three ways, each in its own process:
 
-- ``per_layer_cells``: one graph, a Cell per layer (mindrl's decoder before its layer blocks);
+- ``per_layer_cells``: one graph, a Cell per layer (weights as each Cell's inputs, as mindrl's layers hold theirs);
 - ``shared_cell``: one graph, one Cell called by all 30 layers with each layer's weights as its inputs;
 - ``layer_graphs``: no whole graph: one layer's forward graph and one layer's backward graph (its forward run again
   inside, as with recompute), each compiled once and called 30 times from Python, and the head's own graph.

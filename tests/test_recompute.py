@@ -68,10 +68,8 @@ def _loss_and_grads(recompute: bool):
                       num_heads=4, n_kv_heads=2, max_position_embeddings=64, qkv_bias=True,
                       recompute=2 if recompute else False).validate()
     lm = build_network(cfg, seed=5)
-    marked = [c for _, c in lm.cells_and_names() if getattr(c, "_recompute_cell", None) is not None]
-    # the first two layers run through a block of their own, marked for recompute; the third through the plain one
-    assert lm.model.n_recompute == (2 if recompute else 0)
-    assert marked == ([lm.model.recompute_block] if recompute else [])
+    assert sum(1 for _, c in lm.cells_and_names() if getattr(c, "_recompute_cell", None) is not None) == \
+        (2 if recompute else 0)  # the first two layers are marked
 
     class Loss(nn.Cell):
         def __init__(self):
