@@ -18,7 +18,8 @@ and checks that the three give the same loss and gradients (the sum of absolute 
     python bench/compile_layer_sharing.py              # about 3 minutes on 2 cores
     python bench/compile_layer_sharing.py --layers 10
 
-Writes nothing.
+Writes nothing. (The shared way did not carry over: mindrl's decoder recast with one shared block compiled its
+GRPO update graph no faster under bench/profile_compile.py; docs/performance.md, "Real model", has the figures.)
 """
 import argparse
 import json
