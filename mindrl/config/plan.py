@@ -347,7 +347,8 @@ def plan_reward(cfg) -> RewardPlan:
 def plan_rollout(cfg) -> RolloutPlan:
     rl, d, gen = cfg.rl_config, cfg.data, cfg.generate_config
     return RolloutPlan(
-        cfg.actor_config.tokenizer_name_or_path, d.path, d.prompt_key, d.label_key if rl.verifier_function else None, d.shuffle, d.seed,
+        cfg.actor_config.tokenizer_name_or_path, d.path, d.prompt_key, d.label_key if rl.verifier_function else None,
+        d.shuffle, d.seed,
         d.ptx_path if rl.pretrain_coef > 0 else None, gen.max_prompt_length, gen.max_tokens, gen.min_tokens,
         gen.do_sample, gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty, tuple(gen.stop_token_ids),
         gen.seed, rl.dynamic_sampling, rl.dynamic_sampling_metric,
@@ -496,7 +497,8 @@ class RunPlan:
         if b.ptx_rows_per_update:
             out.append(f"         PPO-ptx: {b.ptx_rows_per_update} supervised rows added to each update")
         if b.critic is not None:
-            out.append(f"  critic: {_count(b.updates, 'optimizer update')} per step; layout {b.critic.text()}: per rank "
+            out.append(f"  critic: {_count(b.updates, 'optimizer update')} per step; layout {b.critic.text()}: "
+                       f"per rank "
                        f"{_count(b.critic_micro_batches_per_update, 'micro-batch')} of "
                        f"{_count(b.critic_micro_batch, 'response')} per update")
             values = ("from the critic's update, run before the advantages (a single update per step: its forward "
