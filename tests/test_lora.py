@@ -172,7 +172,7 @@ def test_one_adamw_update_from_the_same_init_equals_peft_and_torch(base, rng):
     t_opt = torch.optim.AdamW(t_params, lr=lr, weight_decay=wd)
     for _ in range(2):
         _, grads = grad_fn(Tensor(ids), Tensor(mask), Tensor(ids[:, 1:].copy()), Tensor(weights))
-        opt(grads, Tensor(lr, ms.float32))
+        opt(grads, Tensor(lr, ms.float32), Tensor(1.0, ms.float32))
         t_opt.zero_grad()
         logp = torch.log_softmax(_torch_logits(pm, ids, mask)[:, :-1], -1)
         picked = logp.gather(-1, torch.tensor(ids[:, 1:], dtype=torch.long)[..., None])[..., 0]

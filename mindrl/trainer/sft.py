@@ -158,9 +158,11 @@ class SFTStep(nn.Cell):
     def construct(self, sft_ids, sft_positions, lr):
         denom = ops.clamp((sft_positions > 0).astype(ms.float32).sum(), min=1.0)
         loss, grads = self.grad_fn(sft_ids, sft_positions, denom)
-        if self.clip > 0:
-            grads = ops.clip_by_global_norm(grads, self.clip)
-        return ops.depend(loss, self.opt(grads, lr))
+        scale = ops.ones((), ms.float32)
+        if self.clip > 0:  # clip_by_global_norm's factor, applied inside the optimizer's per-tensor step
+            norm = ops.sqrt(ops.addn([ops.reduce_sum(ops.square(g)) for g in grads]))
+            scale = self.clip / ops.maximum(norm, self.clip)
+        return ops.depend(loss, self.opt(grads, lr, scale))
 
 
 def run_sft_step(step_cell, ids, loss_mask, lr):

@@ -25,7 +25,6 @@ from mindrl.trainer.optim import AdamW, zeros_like_params
 _add_into = ops.MultitypeFuncGraph("add_into")
 _square_sum = ops.MultitypeFuncGraph("square_sum")
 _reduce_in_place = ops.MultitypeFuncGraph("reduce_in_place")
-_scaled = ops.MultitypeFuncGraph("scaled")
 _zero_after = ops.MultitypeFuncGraph("zero_after")
 _clear_after = ops.MultitypeFuncGraph("clear_after")
 
@@ -51,11 +50,6 @@ def _square_sum_one(g):
 def _reduce_in_place_one(reduce, g):
     reduced = reduce(g)
     return ops.depend(reduced, ops.assign(g, reduced))
-
-
-@_scaled.register("Tensor", "Tensor")
-def _scaled_one(scale, g):
-    return g * scale
 
 
 @_zero_after.register("Tensor", "Tensor")
@@ -164,10 +158,8 @@ class ApplyGrad(nn.Cell):
         self.hyper_map = ops.HyperMap()
 
     def construct(self, lr, norm):
-        grads = self.accum
-        if self.clip > 0:
-            grads = self.hyper_map(ops.partial(_scaled, self.clip / ops.maximum(norm, self.clip)), self.accum)
-        done = self.opt(grads, lr)  # only finite gradients get here (GradNorm's check), so g - g is 0
+        scale = self.clip / ops.maximum(norm, self.clip) if self.clip > 0 else ops.ones((), ms.float32)
+        done = self.opt(self.accum, lr, scale)  # only finite gradients get here (GradNorm's check), so g - g is 0
         return ops.depend(self.all_finite(done), self.hyper_map(ops.partial(_clear_after, done), self.accum))
 
 
