@@ -3,7 +3,9 @@
 
 Each launch is a fresh `mindrl train` process on the shipped demo (1 step, no eval), with
 `runtime.enable_compile_cache=true` and a cache directory private to this benchmark. The time to the end
-of start-up is read from the process's own log line "start-up took", so data and reward time is excluded.
+of start-up is read from the process's own log line "start-up took", so data and reward time is excluded; the
+peak is the step's ``memory/peak_rss_gb`` from the launch's metrics.jsonl (the process's peak resident memory in GiB,
+compiling included).
 
     python bench/bench_startup.py            # needs dataset/tiny_math/*.mindrecord (bash scripts/run_demo.sh makes them)
     python bench/bench_startup.py --config examples/real/ppo.yaml --no-other   # the real model (run.sh --prepare)
@@ -12,6 +14,8 @@ of start-up is read from the process's own log line "start-up took", so data and
 ``--no-other`` skips the third launch (another batch size, which must make a new cache key).
 """
 import argparse
+import glob
+import json
 import os
 import re
 import shutil
@@ -39,7 +43,17 @@ def launch(cache_dir, extra=(), config=DEMO):
         raise SystemExit(res.stderr[-3000:])
     m = re.search(r"start-up took ([0-9.]+) s", res.stdout + res.stderr)
     step = re.search(r"timing/all=([0-9.]+)", res.stdout + res.stderr)
-    return float(m.group(1)), float(step.group(1)) if step else float("nan"), wall
+    return float(m.group(1)), float(step.group(1)) if step else float("nan"), wall, peak_gb(cache_dir)
+
+
+def peak_gb(cache_dir):
+    """The newest launch's ``memory/peak_rss_gb`` from its metrics.jsonl (its first and only step's)."""
+    logs = glob.glob(os.path.join(cache_dir, "logs", "*", "metrics.jsonl"))
+    if not logs:
+        return float("nan")
+    with open(max(logs, key=os.path.getmtime)) as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    return next((r["memory/peak_rss_gb"] for r in reversed(rows) if "memory/peak_rss_gb" in r), float("nan"))
 
 
 def main():
@@ -62,9 +76,9 @@ def main():
     finally:
         shutil.rmtree(d, ignore_errors=True)
     print(f"{args.config}{' ' + ' '.join(args.overrides) if args.overrides else ''}")
-    print(f"{'launch':28} {'start-up (s)':>12} {'first step (s)':>15} {'process (s)':>12}")
-    for name, (s, step, wall) in runs:
-        print(f"{name:28} {s:12.2f} {step:15.2f} {wall:12.2f}")
+    print(f"{'launch':28} {'start-up (s)':>12} {'first step (s)':>15} {'process (s)':>12} {'peak RSS (GiB)':>15}")
+    for name, (s, step, wall, peak) in runs:
+        print(f"{name:28} {s:12.2f} {step:15.2f} {wall:12.2f} {peak:15.2f}")
     print(f"cache keys created: {len(entries)} (expected {len(runs) - 1}: one per config/shape)")
     cold, warm = runs[0][1], runs[1][1]
     print(f"ratio warm/cold start-up: {warm[0] / cold[0]:.2f}  (saving {cold[0] - warm[0]:.1f} s)")

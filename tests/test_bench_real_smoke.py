@@ -57,3 +57,23 @@ def test_bench_longtail_quick():
         assert work and int(work.group(2)) > 0, out
     assert re.search(r"^mindrl_partial +rollout work.*rounds \d+", out, re.M), out
     assert re.search(r"^e2e_tps against mindrl: mindrl_pool [\d.]+x, mindrl_partial [\d.]+x", out, re.M), out
+
+
+@pytest.mark.slow
+def test_memory_phases_quick():
+    """memory_phases.py prints resident memory around each graph's compile and first run; the peak it ends with is
+    the largest it printed, and the update's graph is among the graphs it saw compile and run."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "memory_phases.py"), "--quick"],
+                          capture_output=True, text=True, timeout=900, cwd=REPO, env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    lines = re.findall(r"^(\s*(?:compile|run) \w+(?: #\d+)?) +rss +([\d.]+) -> +([\d.]+) +peak +([\d.]+) -> +([\d.]+)$",
+                       out, re.M)
+    names = [name.strip() for name, *_ in lines]
+    assert "compile AccumulateGrad" in names and "run AccumulateGrad #1" in names, out
+    assert "run ApplyGrad #1" in names, out
+    for _, rss0, rss1, peak0, peak1 in lines:
+        assert float(peak1) >= float(peak0) >= float(rss0) - 0.01 and float(peak1) >= float(rss1) - 0.01, out
+    end = re.search(r"^end: rss ([\d.]+), peak ([\d.]+) GiB", out, re.M)
+    assert end, out
+    assert float(end.group(2)) >= max(float(line[4]) for line in lines) - 0.01, out
