@@ -16,6 +16,7 @@ Writes only to a temporary directory, removed at exit.
 """
 import argparse
 import os
+import subprocess
 import sys
 
 import common
@@ -91,8 +92,10 @@ def main():
     elif not os.path.exists(os.path.join(a.model, "config.json")):
         raise SystemExit(f"{a.model}: no model there; run `bash examples/real/run.sh --prepare` first, or pass --model")
     bench_real.make_prompts(d, a.model, a)
-    if a.only == "ppo":
-        bench_real.make_rm(d, a.model)
+    if a.only == "ppo":  # in a child process: building it imports PyTorch, whose memory is not mindrl's
+        here = os.path.dirname(os.path.abspath(__file__))
+        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {here!r}); import bench_real; "
+                        f"bench_real.make_rm({d!r}, {a.model!r})"], check=True)
     import mindspore  # noqa: F401  (MindSpore's own share is then in the first line)
     print(f"{a.only} on {os.path.basename(a.model)}, {a.steps} steps; GiB", flush=True)
     show("before start-up (MindSpore imported)", memory(), memory())
