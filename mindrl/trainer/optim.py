@@ -29,8 +29,8 @@ class AdamW(nn.Cell):
 
     def construct(self, grads, lr, scale):
         """``scale``: a float32 scalar every gradient is multiplied by first (a global-norm clip's factor; 1.0 for
-        none). Folded into each tensor's step, so that no scaled copy of the whole gradient is ever held (on
-        SmolLM2-135M, half a GiB of peak memory)."""
+        none). Folded into each tensor's step, so that no scaled copy of the whole gradient is ever held (a model's
+        size for this graph alone; a training process's peak did not move: docs/performance.md#real-model)."""
         # PyTorch's step  p = p*(1 - lr*wd) - lr * (m/bc1) / (sqrt(v/bc2) + eps)  is the decay (matrices only) and
         # then the Adam kernel's  p = p - lr' * m / (sqrt(v) + eps')  with  lr' = lr*sqrt(bc2)/bc1,
         # eps' = eps*sqrt(bc2), the kernel's own bias correction off (beta powers 0): one in-place kernel per tensor,

@@ -9,6 +9,7 @@ from mindspore import Tensor, nn, ops
 from mindrl.data.widths import bucket
 from mindrl.models.scoring import LogProbsAndEntropy
 from mindrl.trainer.optim import AdamW
+from mindrl.trainer.updater import _square_sum
 
 
 def loss_positions(mask, k: int = 0) -> np.ndarray:
@@ -154,13 +155,14 @@ class SFTStep(nn.Cell):
         self.grad_fn = ms.value_and_grad(self.loss, None, self.params)
         self.opt = AdamW(self.params, weight_decay=lr_weight_decay)
         self.clip = float(clip_grad)
+        self.hyper_map = ops.HyperMap()
 
     def construct(self, sft_ids, sft_positions, lr):
         denom = ops.clamp((sft_positions > 0).astype(ms.float32).sum(), min=1.0)
         loss, grads = self.grad_fn(sft_ids, sft_positions, denom)
         scale = ops.ones((), ms.float32)
         if self.clip > 0:  # clip_by_global_norm's factor, applied inside the optimizer's per-tensor step
-            norm = ops.sqrt(ops.addn([ops.reduce_sum(ops.square(g)) for g in grads]))
+            norm = ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads)))
             scale = self.clip / ops.maximum(norm, self.clip)
         return ops.depend(loss, self.opt(grads, lr, scale))
 
