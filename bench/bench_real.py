@@ -135,6 +135,7 @@ class CompileCounter:
 
     def __init__(self):
         from mindspore.graph.api import _CellGraphExecutor
+        from mindrl.runtime import compiled_anew
         self.step, self.events = 0, []
         orig = _CellGraphExecutor.compile
         counter = self
@@ -142,8 +143,7 @@ class CompileCounter:
         def compile(executor, obj, *args, **kw):
             t0 = time.perf_counter()
             out = orig(executor, obj, *args, **kw)
-            new = out[1] if isinstance(out, tuple) and len(out) > 1 else True
-            if new:
+            if compiled_anew(out):
                 counter.events.append((counter.step, type(obj).__name__, round(time.perf_counter() - t0, 2)))
             return out
 

@@ -44,13 +44,14 @@ def watch(runs: int) -> None:
     """Print memory around every new graph compile and the first ``runs`` calls of each top-level Cell."""
     import mindspore.nn as nn
     from mindspore.graph.api import _CellGraphExecutor
+    from mindrl.runtime import compiled_anew
     compile_graph, call_cell = _CellGraphExecutor.compile, nn.Cell.__call__
     calls, depth = {}, [0]
 
     def compile(executor, obj, *args, **kw):
         before = memory()
         out = compile_graph(executor, obj, *args, **kw)
-        if not isinstance(out, tuple) or len(out) < 2 or out[1]:  # a new graph, not the executor's cached one
+        if compiled_anew(out):
             show(f"  compile {type(obj).__name__}", before, memory())
         return out
 

@@ -58,11 +58,17 @@ def _trim_after_compiles() -> None:
 
     def compile_and_trim(executor, obj, *args, **kwargs):
         out = compile_graph(executor, obj, *args, **kwargs)
-        if not isinstance(out, tuple) or len(out) < 2 or out[1]:  # a new graph (not the executor's cached one)
+        if compiled_anew(out):
             _release_free_heap()
         return out
 
     _CellGraphExecutor.compile = compile_and_trim
+
+
+def compiled_anew(out) -> bool:
+    """Did MindSpore's ``_CellGraphExecutor.compile``, which returned ``out``, compile a new graph (rather than
+    answer with one its executor had)?"""
+    return out[1] if isinstance(out, tuple) and len(out) > 1 else True
 
 
 def _release_free_heap() -> None:
