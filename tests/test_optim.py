@@ -105,3 +105,25 @@ def test_all_finite_counts_tensors_without_inf_or_nan(bad):
         arrays[0][11, 17] = bad
     cell = AllFinite([ms.Parameter(ms.Tensor(a), name=f"w{i}") for i, a in enumerate(arrays)])
     assert float(cell(ms.Tensor(0.0)).asnumpy()) == sum(bool(np.isfinite(a).all()) for a in arrays)
+
+
+def test_gradient_buffers_are_shared_between_networks_never_within_one():
+    """A second network reuses the first one's buffers of the same shape and dtype; within a network each
+    parameter has a buffer of its own; a shape or dtype the first lacks gets a new zero buffer."""
+    import mindspore as ms
+    from mindspore import Parameter, Tensor
+    from mindrl.trainer.updater import GradientBuffers
+
+    def param(name, shape, dtype=np.float32):
+        return Parameter(Tensor(np.ones(shape, dtype)), name=name)
+
+    pool = GradientBuffers()
+    first = pool.take([param("a.w1", (4, 3)), param("a.w2", (4, 3)), param("a.b", (3,))])
+    assert len({id(b) for b in first}) == 3 and [b.name for b in first] == ["accum.a.w1", "accum.a.w2", "accum.a.b"]
+    second = pool.take([param("c.w", (4, 3)), param("c.v", (4, 3)), param("c.u", (4, 3)), param("c.h", (3,), np.float16),
+                        param("c.b", (3,))])
+    assert second[0] is first[0] and second[1] is first[1] and second[4] is first[2]
+    assert all(second[i] is not b for i in (2, 3) for b in first)
+    assert second[2].name == "accum.c.u" and second[3].dtype == ms.float16
+    for b in list(first) + list(second):
+        assert not b.asnumpy().any()

@@ -265,3 +265,40 @@ def test_critic_values_from_its_update_equal_a_value_pass(workdir, monkeypatch):
     want, got = apart.critic.state_dict(), fused.critic.state_dict()
     for name in want:
         np.testing.assert_allclose(got[name], want[name], atol=1e-5, err_msg=name)
+
+
+@pytest.mark.slow
+def test_actor_and_critic_share_accumulation_buffers_without_changing_the_run(workdir, monkeypatch):
+    """The critic adds its gradients into the actor's accumulation buffers (one model's worth of buffers, not two):
+    every buffer is zero again after the step (so the actor's next update starts clean), and a step with each
+    network's own buffers gives the same metrics and weights (a buffer the first network to update left holding a
+    gradient would move the second's update)."""
+    from mindrl.trainer.updater import GradientBuffers
+
+    def run(name):
+        t = trainer_for(workdir, name)
+        steps = [t.train_step()]
+        actor, critic = t.policy.updater.accumulate.accum, t.critic.updater.accumulate.accum
+        for buf in list(actor) + list(critic):
+            assert not buf.asnumpy().any(), f"{buf.name} holds a gradient after the step"
+        return t, steps, actor, critic
+
+    shared, shared_steps, actor, critic = run("buffers_shared")
+    critic_params = shared.critic.updater.optimizer.params
+    same_shape = sum(any(tuple(p.shape) == tuple(q.shape) for q in shared.policy.updater.optimizer.params)
+                     for p in critic_params)
+    assert same_shape >= len(critic_params) - 2  # all but the value head's
+    assert sum(any(c is a for a in actor) for c in critic) == same_shape
+
+    take = GradientBuffers.take
+    monkeypatch.setattr(GradientBuffers, "take", lambda self, params, prefix="accum": take(GradientBuffers(), params,
+                                                                                           prefix))
+    apart, apart_steps, actor2, critic2 = run("buffers_apart")
+    assert not any(c is a for c in critic2 for a in actor2)
+    for a, b in zip(shared_steps, apart_steps):
+        for key in ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-8), key
+    for role in ("policy", "critic"):
+        want, got = getattr(apart, role).state_dict(), getattr(shared, role).state_dict()
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-7, err_msg=f"{role} {name}")

@@ -24,6 +24,7 @@ from mindrl.rollout.sampling import SamplingParams
 from mindrl.runtime import place_compile_reports, setup_context
 from mindrl.trainer.compile_cache import enable_compile_cache
 from mindrl.trainer.run_dir import claim_run
+from mindrl.trainer.updater import GradientBuffers
 
 
 def seed_from(*parts) -> int:
@@ -86,6 +87,8 @@ class RunContext:
     plan: RunPlan
     seed: int
     widths_run: WidthsRun = dataclasses.field(default_factory=WidthsRun)
+    # the trained networks' gradient-accumulation buffers, shared where shapes agree (trainer/updater.py)
+    grad_buffers: GradientBuffers = dataclasses.field(default_factory=GradientBuffers)
 
     @classmethod
     def create(cls, cfg: TrainConfig, run_dir: bool = True) -> "RunContext":

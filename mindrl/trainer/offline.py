@@ -39,6 +39,7 @@ from mindrl.trainer.roles.base import gathered_state
 from mindrl.trainer.run_config import write_run_config
 from mindrl.trainer.run_dir import claim_run
 from mindrl.trainer.stopping import Stopper
+from mindrl.trainer.updater import GradientBuffers
 
 log = logging.getLogger("mindrl.offline")
 
@@ -87,7 +88,8 @@ class OfflineTrainer:
                              lora=lora_spec(m, cfg.runtime.seed))
         tok = m.tokenizer_name_or_path
         run = SimpleNamespace(topo=self.topo, exchange=self.exchange, seed=cfg.runtime.seed,
-                              tokenizer_dir=tok if os.path.isdir(tok) else os.path.dirname(tok))
+                              tokenizer_dir=tok if os.path.isdir(tok) else os.path.dirname(tok),
+                              grad_buffers=GradientBuffers())
         self.role = self.make_role(run)
         self.net, self.updater, self.model_config = self.role.net, self.role.updater, self.role.model_config
         self._eval = None

@@ -85,6 +85,33 @@ def _finite_after_one(after, p):
     return _all_finite_one(ops.depend(p, after))
 
 
+class GradientBuffers:
+    """The accumulation buffers of a process's trained networks, shared between networks where shapes agree.
+
+    A buffer holds a gradient only from a mini-batch's first micro-step to its optimizer step (ApplyGrad clears
+    it, ResetGrad zeroes it), and the networks of a process update one after the other (PPO: all of one
+    network's passes, then all of the other's), so they can add into the same buffers: PPO keeps one model's
+    worth of buffers instead of two. Within one network every parameter gets a buffer of its own."""
+
+    def __init__(self):
+        self._made = {}  # (shape, dtype) -> the buffers made so far, in order
+
+    def take(self, params, prefix: str = "accum") -> tuple:
+        """One zero buffer per parameter of ``params``: a buffer an earlier network took when one of the same
+        shape and dtype is left, else a new one named ``prefix.<parameter name>``."""
+        used, out = {}, []
+        for p in params:
+            key = (tuple(p.shape), str(p.dtype))
+            pool, i = self._made.setdefault(key, []), used.get(key, 0)
+            if i == len(pool):
+                buf = p.clone(init="zeros")
+                buf.name = f"{prefix}.{p.name}"
+                pool.append(buf)
+            used[key] = i + 1
+            out.append(pool[i])
+        return ms.ParameterTuple(out)
+
+
 class AccumulateGrad(nn.Cell):
     """One micro-batch: forward, backward, add the gradients into ``accum``. ``inputs``: the loss cell's named
     inputs (trainer/inputs.py), which :meth:`run` and :meth:`compile_for` take as a mapping."""
@@ -207,13 +234,15 @@ class Updater:
     """
 
     def __init__(self, loss_cell, params, optim, grad_reduce=None, step_name: str = "global_step", tp_reduce=None,
-                 sharded=()):
-        """``tp_reduce`` and ``sharded``: see GradNorm (None at tp=1)."""
+                 sharded=(), buffers: Optional[GradientBuffers] = None):
+        """``tp_reduce`` and ``sharded``: see GradNorm (None at tp=1). ``buffers``: the process's shared
+        accumulation buffers (None: buffers of its own)."""
         params = list(params)
         self.loss_cell = loss_cell
         self.metrics: Tuple[Tuple[str, str], ...] = tuple(loss_cell.METRICS)
         self.row_outputs: Tuple[str, ...] = tuple(getattr(loss_cell, "ROW_OUTPUTS", ()))
-        self.accumulate = AccumulateGrad(loss_cell, params)
+        accum = None if buffers is None else buffers.take(params)
+        self.accumulate = AccumulateGrad(loss_cell, params, accum)
         self.optimizer = AdamW(params, optim.adam_beta1, optim.adam_beta2, optim.adam_eps, optim.weight_decay,
                                step_name=step_name)
         self.norm_cell = GradNorm(self.accumulate.accum, grad_reduce, tp_reduce, sharded)

@@ -207,7 +207,8 @@ class TrainedNetwork:
             sharded = [axes.get(self.file_key(p.name)) is not None for p in params]
             if not any(sharded):
                 tp_reduce = sharded = None
-        self.updater = Updater(loss_cell, params, self.spec.optim, grad_reduce, step_name, tp_reduce, sharded or ())
+        self.updater = Updater(loss_cell, params, self.spec.optim, grad_reduce, step_name, tp_reduce, sharded or (),
+                               buffers=self.run.grad_buffers)
 
     def lr_at(self, step: int) -> float:
         return self.spec.optim.lr_at(step)
