@@ -9,14 +9,13 @@ torch = pytest.importorskip("torch")
 def _step_both(shapes, steps, lr, wd, clip, seed=0):
     import mindspore as ms
     from mindrl.trainer.optim import AdamW
-    from mindrl.trainer.updater import ApplyGrad, GradNorm
-    from mindrl.trainer.optim import zeros_like_params
+    from mindrl.trainer.updater import ApplyGrad, GradientBuffers, GradNorm
     rng = np.random.default_rng(seed)
     init = [rng.normal(size=s).astype(np.float32) for s in shapes]
     grads = [[rng.normal(size=s).astype(np.float32) * 3 for s in shapes] for _ in range(steps)]
     params = [ms.Parameter(ms.Tensor(a.copy()), name=f"p{i}") for i, a in enumerate(init)]
     opt = AdamW(params, 0.9, 0.95, 1e-8, wd)
-    accum = zeros_like_params(params, "accum")
+    accum = GradientBuffers().take(params)
     norm_cell, apply_cell = GradNorm(accum), ApplyGrad(accum, opt, clip)
     tp = [torch.nn.Parameter(torch.tensor(a, dtype=torch.float64)) for a in init]
     decayed = [p for p in tp if p.dim() >= 2]

@@ -59,7 +59,3 @@ def _adamw_one(adam, beta1, beta2, lr, eps, plain_lr, zero, scale, decay, p, m, 
         g = ops.depend(g, ops.assign(p, p * (1.0 - plain_lr * decay)))
     adam(p, m, v, zero, zero, lr, beta1, beta2, eps, g)
     return True  # not the kernel's outputs: returned, they would be copied out of the graph (3x the model)
-
-
-def zeros_like_params(params, prefix):
-    return ParameterTuple(params).clone(prefix=prefix, init="zeros")

@@ -17,7 +17,7 @@ from mindspore import Tensor, nn, ops
 from mindrl.algorithms.denominators import loss_denominator, micro_batch_denominator
 from mindrl.models.safetensors_io import CheckpointError
 from mindrl.trainer.inputs import dummy_inputs, loss_input_names, tensors
-from mindrl.trainer.optim import AdamW, zeros_like_params
+from mindrl.trainer.optim import AdamW
 
 
 # Per-tensor pieces the cells below map over their parameter tuples (HyperMap keeps a graph's depth independent of
@@ -122,7 +122,7 @@ class AccumulateGrad(nn.Cell):
         self.params = ms.ParameterTuple(params)
         self.grad_fn = ms.value_and_grad(loss_cell, None, self.params, has_aux=True)
         # a second loss term of the same update (PPO-ptx) adds into the first one's buffers
-        self.accum = zeros_like_params(self.params, "accum") if accum is None else accum
+        self.accum = GradientBuffers().take(self.params) if accum is None else accum
         self.hyper_map = ops.HyperMap()
 
     def construct(self, *inputs):
@@ -241,8 +241,7 @@ class Updater:
         self.loss_cell = loss_cell
         self.metrics: Tuple[Tuple[str, str], ...] = tuple(loss_cell.METRICS)
         self.row_outputs: Tuple[str, ...] = tuple(getattr(loss_cell, "ROW_OUTPUTS", ()))
-        accum = None if buffers is None else buffers.take(params)
-        self.accumulate = AccumulateGrad(loss_cell, params, accum)
+        self.accumulate = AccumulateGrad(loss_cell, params, None if buffers is None else buffers.take(params))
         self.optimizer = AdamW(params, optim.adam_beta1, optim.adam_beta2, optim.adam_eps, optim.weight_decay,
                                step_name=step_name)
         self.norm_cell = GradNorm(self.accumulate.accum, grad_reduce, tp_reduce, sharded)
