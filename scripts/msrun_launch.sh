@@ -308,13 +308,24 @@ check_scheduler() {  # sets SCHED_FAILURE to why msrun's scheduler failed, if it
   if [ -n "$FAIL_PATTERN" ] && grep -qE -m1 -- "$FAIL_PATTERN" "$LOG_DIR/scheduler.log" 2>/dev/null; then
     SCHED_FAILURE="a Python traceback in its log"; return
   fi
-  # gone without a traceback (killed): on success the workers finish before it, so one still running for a
-  # few polls means they wait for a scheduler that is no more
   for pid in "${WORKER_PID[@]}"; do
-    if alive "$pid"; then
-      ((++SCHED_GONE_POLLS >= 6)) && SCHED_FAILURE="it exited while the workers still ran"
+    alive "$pid" || continue
+    # msrun reaps the scheduler only once every worker has exited, so until then it is a zombie whose exit
+    # status /proc still shows (field 52): 0 when every worker has finished with it, and a worker may then take
+    # seconds more to exit (its own exit handlers, a busy machine); anything else is a scheduler that failed
+    if proc_stat "$SCHED_PID" && [ "${PSTAT[0]}" = Z ] && [[ "${PSTAT[49]:-}" =~ ^[0-9]+$ ]]; then
+      SCHED_GONE_POLLS=0
+      if ((PSTAT[49] & 127)); then
+        SCHED_FAILURE="it was killed by signal $((PSTAT[49] & 127)) while the workers still ran"
+      elif ((PSTAT[49] != 0)); then
+        SCHED_FAILURE="it exited with status $((PSTAT[49] >> 8)) while the workers still ran"
+      fi
       return
     fi
+    # its status unknown (reaped, or a kernel without field 52): one still running for a few polls means the
+    # workers wait for a scheduler that is no more
+    ((++SCHED_GONE_POLLS >= 6)) && SCHED_FAILURE="it exited while the workers still ran"
+    return
   done
 }
 

@@ -357,6 +357,66 @@ def test_a_scheduler_that_cannot_bind_its_port_stops_the_job(tmp_path):
     assert after_seen is not None and after_seen < 15, f"{after_seen} s from the port taken to the launcher's exit"
 
 
+# A worker whose exit takes seconds after MindSpore's own exit handlers have let the scheduler go (an atexit
+# handler registered before mindspore's runs after them; a busy machine tearing down a large process looks alike).
+SLOW_EXIT = textwrap.dedent("""
+    import atexit, time
+    atexit.register(time.sleep, 8)
+    import numpy as np
+    import mindspore as ms
+    from mindspore.communication import init, get_rank
+    init()
+    out = ms.ops.AllReduce()(ms.Tensor(np.full(3, get_rank() + 1, np.float32)))
+    print("rank", get_rank(), "sum", out.asnumpy().tolist(), flush=True)
+""")
+
+
+@pytest.mark.msrun
+def test_workers_that_exit_slowly_after_the_scheduler_finished_are_a_success(tmp_path):
+    """The scheduler exits once every worker has finished with it; the workers may still take seconds to exit.
+    That is a finished job (exit 0), not a scheduler lost under running workers (a CI run once failed so)."""
+    rc, out, err, elapsed, _, log_dir = launch(tmp_path, SLOW_EXIT, timeout=90)
+    assert rc == 0, err
+    assert "job finished" in err and "scheduler exited" not in err
+    assert elapsed > 8, f"{elapsed:.1f} s: the workers' slow exit did not happen, so this test tested nothing"
+    for rank in (0, 1):
+        assert f"rank {rank} sum [3.0, 3.0, 3.0]" in (log_dir / f"worker_{rank}.log").read_text()
+
+
+def scheduler_pid(tag):
+    """The job's msrun scheduler (MS_ROLE=MS_SCHED in its environment), or None."""
+    for pid in processes_with_tag(tag):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if b"MS_ROLE=MS_SCHED" in fh.read().split(b"\0"):
+                    return pid
+        except OSError:
+            pass
+    return None
+
+
+@pytest.mark.msrun
+def test_a_killed_scheduler_stops_the_job(tmp_path):
+    """The scheduler killed while the workers run (they would wait for it until the cluster timeout): exit 1
+    within seconds, the signal named, nothing left."""
+    killed = []
+
+    def kill_scheduler(proc):
+        tag = next(v for k, v in (l.split("=", 1) for l in open(f"/proc/{proc.pid}/environ").read().split("\0")
+                                  if "=" in l) if k == "MINDRL_LAUNCH_TEST")
+        pid = scheduler_pid(tag)
+        assert pid, "no scheduler found"
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    rc, out, err, elapsed, after_seen, _ = launch(tmp_path, SLEEPER, watch=("worker_1.log", "ready 1"),
+                                                  signal_when_seen=kill_scheduler)
+    assert killed
+    assert rc == 1, err
+    assert "msrun's scheduler exited: it was killed by signal 9 while the workers still ran" in err
+    assert after_seen is not None and after_seen < 15, f"{after_seen} s from the kill to the launcher's exit"
+
+
 WRAPPER = 'bash "$1"\necho "wrapper: after run_grpo.sh"\n'  # a user's script that does not exec run_grpo.sh
 
 
