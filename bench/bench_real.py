@@ -31,6 +31,7 @@ RSS, start-up (build and load) and first-step time, and for mindrl every graph c
     python bench/bench_real.py --quick     # a tiny random LLaMA with a tiny tokenizer: a smoke run (~3 min)
     python bench/bench_real.py --only grpo # one algorithm
     python bench/bench_real.py --only grpo --lora 16   # LoRA: mindrl full and LoRA against TRL + PEFT, one run
+    python bench/bench_real.py --only grpo --profile  # mindrl's side only, its steady steps under MindSpore's profiler
 
 With --lora R the policy trains rank-R adapters (alpha 2R) on every projection (`all-linear`): mindrl with
 actor_config.lora_rank, TRL with PEFT's LoraConfig handed to its trainer (its reference is then the base with the
@@ -40,6 +41,7 @@ Prints a table per algorithm and the ratios mindrl/TRL of median e2e_tps. TRL's 
 test extras pin it); see bench/bench_ppo.py for --trl-python.
 """
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -199,8 +201,12 @@ def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
     startup = time.perf_counter() - t0
     counter.step = 1
     rows = []
+    profiler, prof_dir = None, os.path.join(d, f"profile_{algo}{'_lora' if lora else ''}")
     for step in range(1, a.steps + 1):
         counter.step = step
+        if a.profile and step == 3:  # the steady steps (common.steady: the first two are warm-up)
+            import mindspore as ms
+            profiler = ms.Profiler(output_path=prof_dir)
         s = time.perf_counter()
         m = t.train_step()
         secs = time.perf_counter() - s
@@ -211,8 +217,15 @@ def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
                      "work": {k[8:]: m[k] for k in ("rollout/prefill_tokens", "rollout/decode_steps",
                                                      "rollout/decoded_rows", "rollout/rounds") if k in m},
                      "split": {k[7:]: v for k, v in m.items() if k.startswith("timing/") and k != "timing/all"}})
-    return {"rows": rows, "startup_s": round(startup, 1), "peak_rss_gb": peak_rss_gb(),
-            "compiles": counter.by_step(), "compile_events": counter.events}
+    res = {"rows": rows, "startup_s": round(startup, 1), "peak_rss_gb": peak_rss_gb(),
+           "compiles": counter.by_step(), "compile_events": counter.events}
+    if profiler is not None:
+        from profile_grpo import read_profile, read_scopes
+        profiler.analyse()
+        types, parts = read_profile(prof_dir)
+        res["profile"] = {"steps": a.steps - 2, "types": types, "parts": dict(parts),
+                          "scopes": read_scopes(prof_dir, 15)}
+    return res
 
 
 # ------------------------------------------------------------------------------------------------ TRL sides
@@ -333,7 +346,7 @@ def side_args(a):
     for k in ("new_tokens", "steps", "threads", "micro_batch", "grpo_prompts", "ppo_prompts", "max_prompt", "lora",
               "pad_to_multiple_of"):
         args += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
-    return args + (["--quick"] if a.quick else []) + ["--model", a.model]
+    return args + (["--quick"] if a.quick else []) + (["--profile"] if a.profile else []) + ["--model", a.model]
 
 
 def report(algo, results, a, params):
@@ -366,6 +379,13 @@ def report(algo, results, a, params):
             n = sum(1 for name in first if name.split(" ")[0] == graph)
             first[f"{graph} {n + 1}" if n else graph] = round(secs, 1)
     print(f"mindrl step 1 compiles by graph (seconds): {first}")
+    for side, r in results.items():
+        if "profile" in r:  # --profile
+            from profile_grpo import print_kernel_time, print_scopes
+            prof = r["profile"]
+            print(f"{side} under MindSpore's profiler, {prof['steps']} steady steps:")
+            print_kernel_time(prof["types"], collections.Counter(prof["parts"]), prof["steps"], 15)
+            print_scopes(prof["scopes"], sum(float(x["total_compute_time"]) for x in prof["types"]), prof["steps"])
     for ours, peer in (("mindrl", "trl"), ("mindrl_lora", "trl_lora"), ("mindrl_lora", "mindrl")):
         if ours in med and peer in med:
             print(f"ratio {ours}/{peer} {algo} e2e_tps: {med[ours] / med[peer]:.2f}x; peak RSS {ours}/{peer}: "
@@ -389,6 +409,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a tiny random LLaMA and tokenizer, 3 steps: a smoke run")
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank of the policy (0: full fine-tuning only); with a "
                     "rank: mindrl full and LoRA, and TRL with PEFT")
+    ap.add_argument("--profile", action="store_true",
+                    help="mindrl's sides only, their steady steps under MindSpore's profiler: kernel time by graph "
+                         "part, operator type and scope")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -410,6 +433,7 @@ def main():
         raise SystemExit(f"{a.model}: no model there; run `bash examples/real/run.sh --prepare` first (it converts "
                          f"SmolLM2-135M-Instruct into scratch/real/smollm2-hf), or pass --model DIR")
     algos = [a.only] if a.only else ["grpo", "ppo"]
+    a.no_trl = a.no_trl or a.profile
     sides = ["mindrl"] + ([] if a.no_trl else ["trl"])
     if a.lora:  # LoRA against full fine-tuning and against TRL + PEFT (TRL's full fine-tuning is left out)
         sides = ["mindrl", "mindrl_lora"] + ([] if a.no_trl else ["trl_lora"])

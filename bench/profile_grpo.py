@@ -6,7 +6,8 @@ Builds bench_grpo.py's model and prompts (same flags: --layers, --hidden, --new-
 
 - the stage split mindrl logs itself (timing/rollout, timing/update, ...), averaged over the profiled steps;
 - kernel time by operator type (MindSpore's cpu_op_type_info), with each type's share of all kernel time;
-- kernel time by graph part: forward, backward (``Gradients/`` in the kernel's full name) and optimizer.
+- kernel time by graph part: forward, backward (``Gradients/`` in the kernel's full name) and optimizer;
+- the costliest kernels by scope (every decoder layer's counted together).
 
     python bench/profile_grpo.py                      # the bench model, 2 profiled steps, about 2 minutes
     python bench/profile_grpo.py --new-tokens 512     # any bench_grpo.py model flag
@@ -20,6 +21,7 @@ import collections
 import csv
 import glob
 import os
+import re
 import sys
 import tempfile
 
@@ -50,6 +52,26 @@ def read_profile(out_dir):
         for row in csv.DictReader(fh):
             parts[part_of(row["full_op_name"])] += float(row["op_total_time(ms)"])
     return types, parts
+
+
+def read_scopes(out_dir, top: int):
+    """[(scope, ms, calls)] of the ``top`` costliest kernels by scope, every layer's counted as one
+    (``layers-CellList/N-DecoderLayer``) and MindSpore's op numbers dropped: which product or pass the time is in."""
+    detail_csv = glob.glob(os.path.join(out_dir, "**", "cpu_op_detail_info_*.csv"), recursive=True)
+    ms_by, calls = collections.Counter(), collections.Counter()
+    with open(detail_csv[0]) as fh:
+        for row in csv.DictReader(fh):
+            scope = re.sub(r"/\d+-DecoderLayer", "/N-DecoderLayer", re.sub(r"-op\d+", "", row["full_op_name"]))
+            ms_by[scope] += float(row["op_total_time(ms)"])
+            calls[scope] += int(row["op_occurrences"])
+    return [(k, v, calls[k]) for k, v in ms_by.most_common(top)]
+
+
+def print_scopes(scopes, total_ms: float, profiled: int) -> None:
+    """:func:`read_scopes`' rows per step, with each one's share of ``total_ms`` (all kernel time)."""
+    print(f"by scope (top {len(scopes)}; every decoder layer as N):")
+    for scope, t, n in scopes:
+        print(f"  {t / 1000 / profiled:8.3f} s {100 * t / total_ms:5.1f}% {n / profiled:7.0f} calls  {scope}")
 
 
 def print_kernel_time(types, parts, profiled: int, top: int) -> None:
@@ -109,6 +131,7 @@ def main():
         if v >= 0.005:
             print(f"  {k:28} {v:8.3f}")
     print_kernel_time(types, parts, profiled, a.top)
+    print_scopes(read_scopes(prof_dir, a.top), sum(float(r["total_compute_time"]) for r in types), profiled)
     if a.keep:
         print(f"profiler output kept in {prof_dir}")
 

@@ -39,6 +39,30 @@ def test_bench_real_quick():
     assert "update_critic" in out and "reward_model" in out  # PPO's split names its stages
 
 
+
+@pytest.mark.slow
+def test_bench_real_profile_quick():
+    """--profile: mindrl's side alone, its steady steps under MindSpore's profiler; the kernel time by graph part and
+    by operator type comes from the profiler's own tables (the parts' shares add up to all of it), and the costliest
+    scopes count every decoder layer as one."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "bench_real.py"), "--quick", "--only", "grpo",
+                           "--profile"], capture_output=True, text=True, timeout=900, cwd=REPO,
+                          env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert not re.search(r"^trl ", out, re.M) and "ratio mindrl/trl" not in out, out  # TRL is not run
+    block = out[out.index("mindrl under MindSpore's profiler, 1 steady steps:"):]
+    total = float(re.search(r"^kernel time: ([\d.]+) s per step in \d+ kernel launches", block, re.M).group(1))
+    assert total > 0, block
+    parts = re.findall(r"^  (forward and decode|backward|optimizer) +([\d.]+) s +([\d.]+)%$", block, re.M)
+    assert {p[0] for p in parts} >= {"forward and decode", "backward"}, block
+    assert abs(sum(float(p[2]) for p in parts) - 100) < 0.5, parts
+    assert abs(sum(float(p[1]) for p in parts) - total) <= 0.002 * len(parts), (parts, total)
+    assert re.search(r"^  MatMul +[\d.]+ +[\d.]+%", block, re.M), block
+    scopes = re.findall(r"^ +[\d.]+ s +[\d.]+% +\d+ calls  (\S+)$", block, re.M)
+    assert any("/N-DecoderLayer/" in x for x in scopes) and any(x.startswith("Gradients/") for x in scopes), scopes
+    assert not any(re.search(r"/\d+-DecoderLayer/|-op\d+", x) for x in scopes), scopes
+
 @pytest.mark.slow
 def test_bench_longtail_quick():
     """bench_longtail.py's mindrl sides at tiny sizes: the table, the rollout work of each side, and partial

@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,7 +37,9 @@ def test_profile_grpo_quick():
     lines = proc.stdout.splitlines()
     total = float(next(x for x in lines if x.startswith("kernel time:")).split()[2])
     start = lines.index(next(x for x in lines if x.startswith("by operator type")))
-    rows = [x.split() for x in lines[start + 2:] if x.startswith("  ")]
+    end = lines.index(next(x for x in lines if x.startswith("by scope")))  # then the costliest kernels by scope
+    rows = [x.split() for x in lines[start + 2:end] if x.startswith("  ")]
+    assert any("/N-DecoderLayer/" in x for x in lines[end + 1:]), lines[end:]
     types = {r[0]: float(r[1]) for r in rows}
     # a decoder's time is its matmuls: MatMul (the projections) and BatchMatMul (attention, rotary); which of the two
     # leads depends on the model's size and on what else the machine runs, so their sum is compared with the rest
@@ -101,3 +104,27 @@ def test_profile_compile_phases():
     bad = subprocess.run([sys.executable, script, "--set", "NO_SUCH_SWITCH=1"], capture_output=True, text=True,
                          timeout=600, cwd=REPO, env=dict(os.environ, GLOG_v="3"))
     assert bad.returncode != 0 and "not a MindSpore compile switch: NO_SUCH_SWITCH" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_matmul_rates_quick():
+    """matmul_rates.py: each layer shape in both directions, its forward and its backward's two products, timed on
+    both sides; the ratio printed is MindSpore's rate over PyTorch's, and the summary is their geometric mean."""
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "matmul_rates.py"), "--quick"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO, env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = re.findall(r"^(\d+) x (\d+) +(forward x@W|backward dx=dy@W\^T|backward dW=x\^T@dy) +([\d.]+) +([\d.]+) "
+                      r"+([\d.]+)x$", proc.stdout, re.M)
+    assert sorted({(r[0], r[1]) for r in rows}) == [("32", "48"), ("48", "32")], proc.stdout
+    assert len(rows) == 6, proc.stdout
+    ratios = []
+    for *_, ms_rate, pt_rate, ratio in rows:
+        assert float(ms_rate) > 0 and float(pt_rate) > 0
+        assert abs(float(ms_rate) / float(pt_rate) - float(ratio)) <= 0.01 + 0.01 * float(ratio), rows
+        ratios.append(float(ms_rate) / float(pt_rate))
+    summary = re.search(r"^ratio mindspore/pytorch: geometric mean ([\d.]+)x, lowest ([\d.]+)x, highest ([\d.]+)x$",
+                        proc.stdout, re.M)
+    assert summary, proc.stdout
+    geo = float(np.exp(np.mean(np.log(ratios))))
+    assert abs(float(summary.group(1)) - geo) <= 0.01 + 0.02 * geo, (summary.group(0), geo)
+    assert float(summary.group(2)) <= float(summary.group(1)) <= float(summary.group(3))
