@@ -383,7 +383,8 @@ def report(algo, results, a, params):
         if "profile" in r:  # --profile
             from profile_grpo import print_kernel_time, print_scopes
             prof = r["profile"]
-            print(f"{side} under MindSpore's profiler, {prof['steps']} steady steps:")
+            print(f"{side} under MindSpore's profiler, {prof['steps']} steady steps (the profiler slows them: "
+                  f"their times above are not the side's speed):")
             print_kernel_time(prof["types"], collections.Counter(prof["parts"]), prof["steps"], 15)
             print_scopes(prof["scopes"], sum(float(x["total_compute_time"]) for x in prof["types"]), prof["steps"])
     for ours, peer in (("mindrl", "trl"), ("mindrl_lora", "trl_lora"), ("mindrl_lora", "mindrl")):
