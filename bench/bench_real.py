@@ -204,7 +204,9 @@ def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
     profiler, prof_dir = None, os.path.join(d, f"profile_{algo}{'_lora' if lora else ''}")
     for step in range(1, a.steps + 1):
         counter.step = step
-        if a.profile and step == 3:  # the steady steps (common.steady: the first two are warm-up)
+        # --profile: the steady steps (common.steady: the first two are warm-up); bench_longtail and memory_phases
+        # call run_mindrl without the flag
+        if getattr(a, "profile", False) and step == 3:
             import mindspore as ms
             profiler = ms.Profiler(output_path=prof_dir)
         s = time.perf_counter()

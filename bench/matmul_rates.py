@@ -95,7 +95,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="tiny shapes, a smoke run")
     a = ap.parse_args()
     if a.quick:
-        a.rows, a.shapes, a.reps, a.repeat = 64, "32x48", 2, 2
+        a.rows, a.shapes, a.reps, a.repeat = 256, "64x128", 2, 2
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
     import mindspore as ms
     import torch
@@ -115,7 +115,7 @@ def main():
             ms_rate = flops / mindspore_seconds(ta, tb, a_list, b_list, a.repeat) / 1e9
             pt_rate = flops / torch_seconds(ta, tb, a_list, b_list, a.repeat) / 1e9
             ratios.append(ms_rate / pt_rate)
-            print(f"{f'{din} x {dout}':18} {name:20} {ms_rate:10.1f} {pt_rate:10.1f} {ms_rate / pt_rate:6.2f}x",
+            print(f"{f'{din} x {dout}':18} {name:20} {ms_rate:10.2f} {pt_rate:10.2f} {ms_rate / pt_rate:6.2f}x",
                   flush=True)
     print(f"ratio mindspore/pytorch: geometric mean {float(np.exp(np.mean(np.log(ratios)))):.2f}x, "
           f"lowest {min(ratios):.2f}x, highest {max(ratios):.2f}x")

@@ -115,7 +115,7 @@ def test_matmul_rates_quick():
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = re.findall(r"^(\d+) x (\d+) +(forward x@W|backward dx=dy@W\^T|backward dW=x\^T@dy) +([\d.]+) +([\d.]+) "
                       r"+([\d.]+)x$", proc.stdout, re.M)
-    assert sorted({(r[0], r[1]) for r in rows}) == [("32", "48"), ("48", "32")], proc.stdout
+    assert sorted({(r[0], r[1]) for r in rows}) == [("128", "64"), ("64", "128")], proc.stdout
     assert len(rows) == 6, proc.stdout
     ratios = []
     for *_, ms_rate, pt_rate, ratio in rows:
