@@ -41,7 +41,6 @@ Prints a table per algorithm and the ratios mindrl/TRL of median e2e_tps. TRL's 
 test extras pin it); see bench/bench_ppo.py for --trl-python.
 """
 import argparse
-import collections
 import json
 import os
 import statistics
@@ -222,11 +221,9 @@ def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
     res = {"rows": rows, "startup_s": round(startup, 1), "peak_rss_gb": peak_rss_gb(),
            "compiles": counter.by_step(), "compile_events": counter.events}
     if profiler is not None:
-        from profile_grpo import read_profile, read_scopes
+        from profile_grpo import read_profile
         profiler.analyse()
-        types, parts = read_profile(prof_dir)
-        res["profile"] = {"steps": a.steps - 2, "types": types, "parts": dict(parts),
-                          "scopes": read_scopes(prof_dir, 15)}
+        res["profile"], res["profiled_steps"] = read_profile(prof_dir), a.steps - 2
     return res
 
 
@@ -383,12 +380,10 @@ def report(algo, results, a, params):
     print(f"mindrl step 1 compiles by graph (seconds): {first}")
     for side, r in results.items():
         if "profile" in r:  # --profile
-            from profile_grpo import print_kernel_time, print_scopes
-            prof = r["profile"]
-            print(f"{side} under MindSpore's profiler, {prof['steps']} steady steps (the profiler slows them: "
+            from profile_grpo import print_profile
+            print(f"{side} under MindSpore's profiler, {r['profiled_steps']} steady steps (the profiler slows them: "
                   f"their times above are not the side's speed):")
-            print_kernel_time(prof["types"], collections.Counter(prof["parts"]), prof["steps"], 15)
-            print_scopes(prof["scopes"], sum(float(x["total_compute_time"]) for x in prof["types"]), prof["steps"])
+            print_profile(r["profile"], r["profiled_steps"])
     for ours, peer in (("mindrl", "trl"), ("mindrl_lora", "trl_lora"), ("mindrl_lora", "mindrl")):
         if ours in med and peer in med:
             print(f"ratio {ours}/{peer} {algo} e2e_tps: {med[ours] / med[peer]:.2f}x; peak RSS {ours}/{peer}: "

@@ -39,49 +39,39 @@ def part_of(full_name: str) -> str:
     return "forward and decode"
 
 
-def read_profile(out_dir):
-    """(rows of cpu_op_type_info, {part: ms}) from the profiler's FRAMEWORK directory."""
+def read_profile(out_dir, top: int = 15) -> dict:
+    """The profiler's CPU operator tables under ``out_dir`` (its FRAMEWORK directory), read once:
+    ``types``: the rows of cpu_op_type_info; ``parts``: {graph part: ms} (:func:`part_of`); ``scopes``:
+    [(scope, ms, calls)] of the ``top`` costliest kernels by scope, every layer's counted as one
+    (``layers-CellList/N-DecoderLayer``) and MindSpore's op numbers dropped: which product or pass the time is in.
+    Plain lists and dicts, so that a side run in its own process can hand them back as JSON."""
     type_csv = glob.glob(os.path.join(out_dir, "**", "cpu_op_type_info_*.csv"), recursive=True)
     detail_csv = glob.glob(os.path.join(out_dir, "**", "cpu_op_detail_info_*.csv"), recursive=True)
     if not type_csv or not detail_csv:
         raise SystemExit(f"the profiler wrote no CPU operator tables under {out_dir}")
     with open(type_csv[0]) as fh:
         types = list(csv.DictReader(fh))
-    parts = collections.Counter()
+    parts, by_scope, calls = collections.Counter(), collections.Counter(), collections.Counter()
     with open(detail_csv[0]) as fh:
         for row in csv.DictReader(fh):
-            parts[part_of(row["full_op_name"])] += float(row["op_total_time(ms)"])
-    return types, parts
-
-
-def read_scopes(out_dir, top: int):
-    """[(scope, ms, calls)] of the ``top`` costliest kernels by scope, every layer's counted as one
-    (``layers-CellList/N-DecoderLayer``) and MindSpore's op numbers dropped: which product or pass the time is in."""
-    detail_csv = glob.glob(os.path.join(out_dir, "**", "cpu_op_detail_info_*.csv"), recursive=True)
-    ms_by, calls = collections.Counter(), collections.Counter()
-    with open(detail_csv[0]) as fh:
-        for row in csv.DictReader(fh):
+            ms = float(row["op_total_time(ms)"])
+            parts[part_of(row["full_op_name"])] += ms
             scope = re.sub(r"/\d+-DecoderLayer", "/N-DecoderLayer", re.sub(r"-op\d+", "", row["full_op_name"]))
-            ms_by[scope] += float(row["op_total_time(ms)"])
+            by_scope[scope] += ms
             calls[scope] += int(row["op_occurrences"])
-    return [(k, v, calls[k]) for k, v in ms_by.most_common(top)]
+    return {"types": types, "parts": dict(parts),
+            "scopes": [(k, v, calls[k]) for k, v in by_scope.most_common(top)]}
 
 
-def print_scopes(scopes, total_ms: float, profiled: int) -> None:
-    """:func:`read_scopes`' rows per step, with each one's share of ``total_ms`` (all kernel time)."""
-    print(f"by scope (top {len(scopes)}; every decoder layer as N):")
-    for scope, t, n in scopes:
-        print(f"  {t / 1000 / profiled:8.3f} s {100 * t / total_ms:5.1f}% {n / profiled:7.0f} calls  {scope}")
-
-
-def print_kernel_time(types, parts, profiled: int, top: int) -> None:
-    """Kernel time per step: in all, by graph part and by operator type (the ``top`` types), from
-    :func:`read_profile`'s tables of ``profiled`` steps."""
+def print_profile(profile: dict, profiled: int, top: int = 15) -> None:
+    """Kernel time per step of :func:`read_profile`'s tables over ``profiled`` steps: in all, by graph part, by
+    operator type (the ``top`` types) and by scope, each with its share of all kernel time."""
+    types = profile["types"]
     total = sum(float(r["total_compute_time"]) for r in types)
     calls = sum(int(r["type_occurrences"]) for r in types)
     print(f"kernel time: {total / 1000 / profiled:.3f} s per step in {calls / profiled:.0f} kernel launches; "
           f"by graph part:")
-    for k, v in parts.most_common():
+    for k, v in sorted(profile["parts"].items(), key=lambda kv: -kv[1]):
         print(f"  {k:28} {v / 1000 / profiled:8.3f} s  {100 * v / total:5.1f}%")
     print(f"by operator type (top {top}):")
     print(f"  {'type':28} {'s/step':>8} {'share':>6} {'calls/step':>10} {'avg ms':>8}")
@@ -89,6 +79,9 @@ def print_kernel_time(types, parts, profiled: int, top: int) -> None:
         t = float(r["total_compute_time"])
         print(f"  {r['op_type']:28} {t / 1000 / profiled:8.3f} {100 * t / total:5.1f}% "
               f"{int(r['type_occurrences']) / profiled:10.0f} {float(r['avg_time(ms)']):8.3f}")
+    print(f"by scope (top {len(profile['scopes'])}; every decoder layer as N):")
+    for scope, t, n in profile["scopes"]:
+        print(f"  {t / 1000 / profiled:8.3f} s {100 * t / total:5.1f}% {n / profiled:7.0f} calls  {scope}")
 
 
 def main():
@@ -122,7 +115,7 @@ def main():
             if k.startswith("timing/"):
                 stages[k] += v / profiled
     profiler.analyse()
-    types, parts = read_profile(prof_dir)
+    profile = read_profile(prof_dir, a.top)
 
     print(f"\nGRPO step, {params / 1e6:.1f}M parameters, 2 prompts x 8 samples, {a.prompt_len}+{a.new_tokens} "
           f"tokens, beta {a.beta}, {a.threads} threads; {profiled} profiled steps")
@@ -130,8 +123,7 @@ def main():
     for k, v in sorted(stages.items(), key=lambda kv: -kv[1]):
         if v >= 0.005:
             print(f"  {k:28} {v:8.3f}")
-    print_kernel_time(types, parts, profiled, a.top)
-    print_scopes(read_scopes(prof_dir, a.top), sum(float(r["total_compute_time"]) for r in types), profiled)
+    print_profile(profile, profiled, a.top)
     if a.keep:
         print(f"profiler output kept in {prof_dir}")
 

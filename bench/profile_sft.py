@@ -30,7 +30,7 @@ def main():
     a = ap.parse_args()
     sys.path.insert(0, HERE)
     import bench_sft
-    from profile_grpo import print_kernel_time, read_profile
+    from profile_grpo import print_profile, read_profile
     d = common.scratch_dir("profile_sft_")
     if a.quick:
         from bench_real import make_quick_model
@@ -55,11 +55,12 @@ def main():
         trainer.step += 1
     wall = (time.perf_counter() - t0) / profiled
     profiler.analyse()
-    types, parts = read_profile(os.path.join(d, "profile"))
+    profile = read_profile(os.path.join(d, "profile"), a.top)
     print(f"\nSFT step on {os.path.basename(a.model.rstrip('/'))}, {a.batch} rows in micro-batches of {a.micro_batch}, "
           f"rows padded to {offline_bench.pad_words(a)}, {a.threads} threads; {profiled} profiled steps")
     print(f"wall time {wall:.3f} s per step (profiled)")
-    print_kernel_time(types, parts, profiled, a.top)
+    print_profile(profile, profiled, a.top)
+
 
 if __name__ == "__main__":
     main()
