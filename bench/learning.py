@@ -33,10 +33,11 @@ TOKENIZER = os.path.join(ROOT, "examples", "tiny", "tokenizer")
 METRIC = "eval/last_number/mean"
 
 
-def run_grpo(seed, a, config=CONFIG, metric=METRIC, extra=()):
-    """One run of ``config`` through the CLI; returns [(training seconds, step, held-out accuracy)] and the run's
-    wall time (start-up and evaluations included)."""
-    run_dir = os.path.join(a.out, f"grpo_seed{seed}")
+def run_grpo(seed, a, config=CONFIG, metric=METRIC, extra=(), name="grpo"):
+    """One run of ``config`` (GRPO, or another algorithm's config: ``name`` names its directory) through the CLI;
+    returns [(training seconds, step, held-out accuracy)] and the run's wall time (start-up and evaluations
+    included)."""
+    run_dir = os.path.join(a.out, f"{name}_seed{seed}")
     shutil.rmtree(run_dir, ignore_errors=True)  # this benchmark's own output: a rerun replaces it
     over = [f"runtime.seed={seed}", f"rl_config.train_iters={a.steps}", f"eval.interval={a.eval_every}",
             f"logging.log_dir={run_dir}", "logging.progress_bar=false", "logging.tensorboard=false",
@@ -47,7 +48,7 @@ def run_grpo(seed, a, config=CONFIG, metric=METRIC, extra=()):
                          env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if res.returncode:
-        raise SystemExit(f"GRPO seed {seed} failed:\n{res.stderr[-3000:]}")
+        raise SystemExit(f"{name.upper()} seed {seed} failed:\n{res.stderr[-3000:]}")
     curve, spent = [], 0.0
     with open(os.path.join(run_dir, "metrics.jsonl")) as fh:
         for line in fh:
@@ -128,6 +129,11 @@ def spread(gains):
     return f"mean {statistics.mean(gains):+.3f}, sd {sd:.3f}, min {min(gains):+.3f}, max {max(gains):+.3f}"
 
 
+COLOURS = {"grpo": "tab:blue", "ppo": "tab:green", "sft": "tab:orange"}
+METHODS = {"grpo": "GRPO (reward only, no labels)", "ppo": "PPO (reward only, no labels)",
+           "sft": "supervised (labels)"}
+
+
 def draw(curves, out, ylabel="held-out greedy accuracy (last_number)",
          title="tiny arithmetic task: GRPO from a reward alone vs supervised training with labels, same time",
          title_size=None, names=None):
@@ -137,7 +143,7 @@ def draw(curves, out, ylabel="held-out greedy accuracy (last_number)",
     fig, ax = plt.subplots(figsize=(8, 5))
     for (method, seed), curve in curves.items():
         t, _, acc = zip(*curve)
-        ax.plot(t, acc, marker="o", ms=3, color="tab:blue" if method == "grpo" else "tab:orange",
+        ax.plot(t, acc, marker="o", ms=3, color=COLOURS.get(method, "tab:gray"),
                 alpha=0.8, label=f"{(names or {}).get(method, method.upper())} (seed {seed})")
     ax.set_xlabel("training seconds (2 CPU cores)")
     ax.set_ylabel(ylabel)
@@ -183,9 +189,11 @@ def main():
 
 
 def summary(gains, seeds, png):
-    print(f"\nheld-out gain over {seeds} seeds, same training time per seed:")
-    print(f"  GRPO (reward only, no labels): {spread(gains['grpo'])}")
-    print(f"  supervised (labels):           {spread(gains['sft'])}")
+    """The held-out gain of each method in ``gains`` (method -> one gain per seed)."""
+    control = "sft" in gains
+    print(f"\nheld-out gain over {seeds} seeds{', same training time per seed' if control else ''}:")
+    for method, values in gains.items():
+        print(f"  {METHODS[method] + ':':30} {spread(values)}")
     print(f"curves: {png}")
 
 

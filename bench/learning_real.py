@@ -1,13 +1,14 @@
 #!/usr/bin/env python
-"""Does GRPO teach a real pretrained LLM, and how does that compare with supervised training given the same time?
+"""Does GRPO (or PPO) teach a real pretrained LLM, and how does that compare with supervised training given the same time?
 
 The real-model example (examples/real/): SmolLM2-135M-Instruct, converted from its GGUF file, asked two-digit
 additions in its own chat format ("What is 47 + 38? Answer with the number only."), rewarded by `last_number`
-only. For each of --seeds seeds this runs examples/real/grpo.yaml through `mindrl train` with held-out greedy
-evaluation (200 fixed problems, 24 new tokens) every --eval-every steps, and a supervised control: the same
-starting model trained on the labelled problems (the rendered prompt, then the sum and the end-of-turn token;
-next-token cross-entropy on the answer, AdamW at --sft-lr, batch --sft-batch) for the same training seconds as
-that seed's GRPO run, evaluated on the same held-out prompts with the same reward function and generation settings.
+only. For each of --seeds seeds this runs examples/real/grpo.yaml (with --algo ppo: examples/real/ppo.yaml)
+through `mindrl train` with held-out greedy evaluation (200 fixed problems, 24 new tokens) every --eval-every
+steps, and a supervised control (left out with --no-control): the same starting model trained on the labelled
+problems (the rendered prompt, then the sum and the end-of-turn token; next-token cross-entropy on the answer, AdamW
+at --sft-lr, batch --sft-batch) for the same training seconds as that seed's RL run, evaluated on the same held-out
+prompts with the same reward function and generation settings.
 
 Prints each run's held-out accuracy before and after, the mean and spread of the gain for each method, and draws
 every curve (held-out accuracy over training seconds) into one PNG. Needs the example's model and data: run
@@ -15,6 +16,7 @@ every curve (held-out accuracy over training seconds) into one PNG. Needs the ex
 
     python bench/learning_real.py                        # 3 seeds x (GRPO + control): 2 to 3 hours on 2 busy cores
     python bench/learning_real.py --seeds 1 --steps 4    # a quick look
+    python bench/learning_real.py --algo ppo --no-control   # PPO, 3 seeds of 20 steps: about 45 minutes on the Xeon
 """
 import argparse
 import json
@@ -24,11 +26,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "real"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-CONFIG = os.path.join(ROOT, "examples", "real", "grpo.yaml")
+CONFIGS = {algo: os.path.join(ROOT, "examples", "real", f"{algo}.yaml") for algo in ("grpo", "ppo")}
+STEPS = {"grpo": (10, 5), "ppo": (20, 10)}  # each config's train_iters and this benchmark's evaluation interval
 MODEL = os.path.join(ROOT, "scratch", "real", "smollm2-hf")
 HELDOUT = os.path.join(ROOT, "scratch", "real", "data", "heldout.mindrecord")
 METRIC = "eval/last_number/mean"
-TITLE = "SmolLM2-135M-Instruct, two-digit addition: GRPO (reward only) vs supervised (labels), same time"
+TITLE = "SmolLM2-135M-Instruct, two-digit addition: {algo} (reward only){control}"
 
 
 def sft_batch(tok, template_render, problems, width):
@@ -75,16 +78,18 @@ def run_sft(seed, seconds, a):
 def main():
     from learning import draw, run_grpo, sft_subprocess, summary
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--algo", choices=sorted(CONFIGS), default="grpo", help="the example config the RL runs use")
     ap.add_argument("--seeds", type=int, default=3, help="runs per method (seeds 1234, 1, 2, ...)")
-    ap.add_argument("--steps", type=int, default=10, help="GRPO steps per run (examples/real/grpo.yaml's)")
-    ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--steps", type=int, help="RL steps per run (default: the config's, GRPO 10, PPO 20)")
+    ap.add_argument("--eval-every", type=int, help="held-out evaluation interval (default: GRPO 5, PPO 10)")
+    ap.add_argument("--no-control", action="store_true", help="RL runs only, no supervised control")
     ap.add_argument("--max-tokens", type=int, default=24, help="new tokens in the control's evaluation (the "
                                                                 "GRPO config's generate_config.max_tokens)")
     ap.add_argument("--sft-lr", type=float, default=1e-5)
     ap.add_argument("--sft-batch", type=int, default=16)
     ap.add_argument("--sft-evals", type=int, default=2, help="held-out evaluations during each supervised run")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "learning_real"), help="where runs and the PNG go")
-    ap.add_argument("override", nargs="*", help="more key=value overrides for the GRPO runs")
+    ap.add_argument("override", nargs="*", help="more key=value overrides for the RL runs")
     ap.add_argument("--sft-only", nargs=2, metavar=("SEED", "SECONDS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.sft_only:
@@ -93,22 +98,27 @@ def main():
     if not (os.path.isdir(MODEL) and os.path.exists(HELDOUT)):
         raise SystemExit("the example's model and data are missing: run `bash examples/real/run.sh --prepare` once "
                          "(it makes scratch/real/)")
+    a.steps = a.steps or STEPS[a.algo][0]
+    a.eval_every = a.eval_every or STEPS[a.algo][1]
     os.makedirs(a.out, exist_ok=True)
     seeds = [1234, 1, 2, 3, 4, 5][:a.seeds]
-    curves, gains = {}, {"grpo": [], "sft": []}
+    curves, gains = {}, {a.algo: []} if a.no_control else {a.algo: [], "sft": []}
     for seed in seeds:
-        grpo, wall = run_grpo(seed, a, CONFIG, METRIC, a.override)
-        sft, sft_wall = sft_subprocess(seed, grpo[-1][0], a, __file__)
-        for method, curve, w in (("grpo", grpo, wall), ("sft", sft, sft_wall)):
+        rl, wall = run_grpo(seed, a, CONFIGS[a.algo], METRIC, a.override, name=a.algo)
+        runs = [(a.algo, rl, wall)]
+        if not a.no_control:
+            runs.append(("sft", *sft_subprocess(seed, rl[-1][0], a, __file__)))
+        for method, curve, w in runs:
             curves[(method, seed)] = curve
             gains[method].append(curve[-1][2] - curve[0][2])
             steps = ", ".join(f"{acc:.3f}@{s}" for _, s, acc in curve)
-            print(f"{'GRPO' if method == 'grpo' else 'SFT':4} seed {seed}: held-out {curve[0][2]:.3f} -> "
+            print(f"{method.upper():4} seed {seed}: held-out {curve[0][2]:.3f} -> "
                   f"{curve[-1][2]:.3f} in {curve[-1][0]:.0f} s of training ({curve[-1][1]} steps; {w:.0f} s wall "
                   f"with start-up and evaluations); accuracy@step: {steps}", flush=True)
-    png = os.path.join(a.out, "learning_real.png")
-    draw(curves, png, "held-out greedy accuracy (last_number, 200 problems)", TITLE, 9,
-         {"grpo": "GRPO", "sft": "supervised"})
+    png = os.path.join(a.out, "learning_real.png" if a.algo == "grpo" else f"learning_real_{a.algo}.png")
+    title = TITLE.format(algo=a.algo.upper(), control="" if a.no_control else " vs supervised (labels), same time")
+    draw(curves, png, "held-out greedy accuracy (last_number, 200 problems)", title, 9,
+         {"grpo": "GRPO", "ppo": "PPO", "sft": "supervised"})
     summary(gains, len(seeds), png)
 
 
