@@ -85,6 +85,39 @@ def test_small_pool_refills_freed_slots_and_gives_the_same_greedy_responses(mode
     assert min(lengths) < max(lengths)
 
 
+def _record_prefill_rows(gen):
+    """Wrap ``gen``'s prefill graph so that each call's row count is recorded."""
+    calls, prefill = [], gen.prefill_cell
+
+    def recorded(ids, mask, rows):
+        calls.append(ids.shape[0])
+        return prefill(ids, mask, rows)
+    gen.prefill_cell = recorded
+    return calls
+
+
+def test_fixed_prefill_rows_fill_the_pool_before_decoding_and_sample_what_the_reference_samples(model, rng):
+    """A generator whose prefill takes 2 prompts per call (the trainer fixes it at the rollout's, so that an
+    evaluation of 1 sample per prompt reuses the rollout's prefill graph) fills its 8 free slots with 4 prefill
+    calls before the first decode: the sampled tokens and log-probs are the cache-less reference's, and a request
+    of 4 samples per prompt goes through the same 2-row prefill."""
+    prompts = _prompts(rng, (5, 9, 7, 12, 4, 8, 6, 10))
+    params = SamplingParams(n=1, max_tokens=8, temperature=0.9, stop_token_ids=_stop_ids(model, prompts))
+    gen = Generator(model.net, max_batch=8, max_prompt_len=16, max_new_tokens=8, prefill_rows=2)
+    calls = _record_prefill_rows(gen)
+    out = gen.generate(prompts, params, seed=5)
+    ref_tok, ref_lp = reference_generate(model, prompts, params, seed=5)
+    assert calls == [2, 2, 2, 2]
+    assert out.tokens == ref_tok
+    for a, b in zip(out.log_probs, ref_lp):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    calls.clear()
+    params4 = SamplingParams(n=4, max_tokens=8, temperature=0.9, stop_token_ids=params.stop_token_ids)
+    out4 = gen.generate(prompts[:2], params4, seed=7)
+    ref4, _ = reference_generate(model, prompts[:2], params4, seed=7)
+    assert calls == [2] and out4.tokens == ref4  # both prompts' 8 samples fill the pool from one prefill
+
+
 def test_small_pool_sampled_log_probs_are_the_models(model, rng):
     """Sampled through a small pool, rows decode at different positions in one graph call: every log-prob still
     equals a full forward pass over its own sequence (float64)."""

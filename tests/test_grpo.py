@@ -270,3 +270,26 @@ def test_pruning_never_deletes_the_checkpoint_just_written(tmp_path):
                                         "latest_checkpointed_iteration.txt"]
     assert ck.resolve(root).endswith("iter_0000015")
     ck.verify(ck.resolve(root))
+
+
+def test_evaluation_reuses_the_rollouts_prefill_graph(workdir):
+    """Held-out greedy evaluation (1 sample per prompt) prefills as many prompts per call as the rollout does (its
+    batch over its samples per prompt), so it runs the rollout's prefill graph instead of compiling one for the
+    whole pool and keeping its buffers too."""
+    from mindrl.trainer import RLTrainer
+    t = RLTrainer(make_config(workdir, "prefill_rows", **{"rl_config.train_iters": 1, "actor_config.save": "null",
+                                                           "actor_config.save_interval": 0}))
+    gen, batch = t.policy.generator, t.run.plan.batch
+    rows = batch.rollout_batch // batch.samples_per_prompt
+    assert batch.samples_per_prompt > 1 and rows < gen.max_batch  # else the rollout's prefill fills the pool
+    calls, prefill = [], gen.prefill_cell
+
+    def recorded(ids, mask, dest):
+        calls.append(ids.shape[0])
+        return prefill(ids, mask, dest)
+    gen.prefill_cell = recorded
+    t.train_step()
+    rollout_calls = len(calls)
+    metrics = t.evaluate()
+    assert rollout_calls and len(calls) > rollout_calls and set(calls) == {rows}
+    assert metrics["eval/num_samples"] == len(t.evaluate.data()[0])

@@ -133,9 +133,14 @@ class Generator:
 
     def __init__(self, lm, max_batch: int, max_prompt_len: int, max_new_tokens: int,
                  prompt_buckets: Optional[Sequence[int]] = None, min_decode_bucket: int = 4, pad_id: int = 0,
-                 static_prompt_shape: bool = False, resume_prefix_len: int = 0, resume_new_tokens: int = 0):
+                 static_prompt_shape: bool = False, resume_prefix_len: int = 0, resume_new_tokens: int = 0,
+                 prefill_rows: Optional[int] = None):
         self.lm = lm
         self.max_batch = int(max_batch)
+        # prompts per prefill call. Fixed (the trainer passes the rollout's: max_batch // samples per prompt), every
+        # call reuses one prefill graph whatever its n: a greedy evaluation (n = 1) would otherwise compile a prefill
+        # for max_batch rows, and keep its buffers, beside the rollout's. None: max_batch // n of each call.
+        self.prefill_rows = int(prefill_rows) if prefill_rows else None
         self.max_new_tokens = int(max_new_tokens)
         self.max_prompt_len = int(max_prompt_len)
         longest = max(self.max_prompt_len, int(resume_prefix_len))
@@ -170,12 +175,16 @@ class Generator:
             if self.refresh_head is not None:
                 self.refresh_head()
             s = self._prefill_width(self.max_prompt_len)
-            rows = max(1, self.max_batch // n)
+            rows = self._prefill_rows(n)
             self.prefill_cell(Tensor(np.full((rows, s), self.pad_id, np.int32)), Tensor(np.ones((rows, s), np.int32)),
                               Tensor(np.arange(rows, dtype=np.int32).reshape(rows, 1)))
         self._reorder(list(range(bucket)), list(range(bucket)))
         self.decode_cell(Tensor(np.full(bucket, self.pad_id, np.int32)), Tensor(np.zeros(bucket, np.int32)),
                          Tensor(np.zeros(bucket, np.int32)))
+
+    def _prefill_rows(self, n: int) -> int:
+        """The prefill graph's row count for requests of ``n`` samples each."""
+        return self.prefill_rows or max(1, self.max_batch // n)
 
     def _reorder(self, src_rows, dest_rows):
         """cache[dest] = cache[src], padded to a decode bucket by repeating the last pair (same source, same
@@ -224,8 +233,8 @@ class Generator:
         out_tok = [[] for _ in range(total)]
         out_lp = [[] for _ in range(total)]
         stopped = np.zeros(total, bool)
-        # the prefill graph takes a fixed row count: as many prompts as the pool holds at n samples each
-        rows = max(1, self.max_batch // params.n)
+        # the prefill graph takes a fixed row count: as many prompts as the pool holds at n samples each, or prefill_rows
+        rows = self._prefill_rows(params.n)
         pool = self._pool
         for owner in [o for o in pool.slot if o[0] == "seq"]:  # left by a call that raised
             pool.release(owner)
@@ -246,7 +255,7 @@ class Generator:
         while True:
             if queue and requests[queue[-1]].n > pool.free_count() and not pending and not feed:
                 pool.evict_parked(requests[queue[-1]].n)  # nothing decodes: parked rows give their slots
-            if queue and requests[queue[-1]].n <= pool.free_count():
+            while queue and requests[queue[-1]].n <= pool.free_count():  # free slots take prompts, rows at a time
                 taken, room = [], pool.free_count()
                 while queue and len(taken) < rows and requests[queue[-1]].n <= room:
                     room -= requests[queue[-1]].n

@@ -41,7 +41,8 @@ class Policy(TrainedNetwork):
                                    max_prompt_len=ro.max_prompt_length, max_new_tokens=ro.max_tokens,
                                    pad_id=run.pad_id, static_prompt_shape=run.static_shapes,
                                    resume_prefix_len=ro.max_prompt_length + (ro.max_split - 1) * ro.round_tokens
-                                   if partial else 0, resume_new_tokens=ro.round_tokens if partial else 0)
+                                   if partial else 0, resume_new_tokens=ro.round_tokens if partial else 0,
+                                   prefill_rows=max(1, plan.batch.rollout_batch // plan.batch.samples_per_prompt))
         loss = spec.loss
         # shared prompts: the update's rows are packed groups (actor_graphs.pack_groups), one prompt per group
         self.group = plan.batch.shared_group(spec.micro_batch)
