@@ -33,7 +33,7 @@ TOKENIZER = os.path.join(ROOT, "examples", "tiny", "tokenizer")
 METRIC = "eval/last_number/mean"
 
 
-def run_grpo(seed, a, config=CONFIG, metric=METRIC, extra=(), name="grpo"):
+def run_rl(seed, a, config=CONFIG, metric=METRIC, extra=(), name="grpo"):
     """One run of ``config`` (GRPO, or another algorithm's config: ``name`` names its directory) through the CLI;
     returns [(training seconds, step, held-out accuracy)] and the run's wall time (start-up and evaluations
     included)."""
@@ -176,7 +176,7 @@ def main():
     seeds = [1234, 1, 2, 3, 4, 5][:a.seeds]
     curves, gains = {}, {"grpo": [], "sft": []}
     for seed in seeds:
-        grpo, _ = run_grpo(seed, a)
+        grpo, _ = run_rl(seed, a)
         sft, _ = sft_subprocess(seed, grpo[-1][0], a)
         for method, curve in (("grpo", grpo), ("sft", sft)):
             curves[(method, seed)] = curve

@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "real"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {algo: os.path.join(ROOT, "examples", "real", f"{algo}.yaml") for algo in ("grpo", "ppo")}
-STEPS = {"grpo": (10, 5), "ppo": (20, 10)}  # each config's train_iters and this benchmark's evaluation interval
+EVAL_EVERY = {"grpo": 5, "ppo": 10}  # held-out evaluations: GRPO's 10 steps at 0, 5, 10; PPO's 20 as the example
 MODEL = os.path.join(ROOT, "scratch", "real", "smollm2-hf")
 HELDOUT = os.path.join(ROOT, "scratch", "real", "data", "heldout.mindrecord")
 METRIC = "eval/last_number/mean"
@@ -76,7 +76,7 @@ def run_sft(seed, seconds, a):
 
 
 def main():
-    from learning import draw, run_grpo, sft_subprocess, summary
+    from learning import draw, run_rl, sft_subprocess, summary
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--algo", choices=sorted(CONFIGS), default="grpo", help="the example config the RL runs use")
     ap.add_argument("--seeds", type=int, default=3, help="runs per method (seeds 1234, 1, 2, ...)")
@@ -98,13 +98,16 @@ def main():
     if not (os.path.isdir(MODEL) and os.path.exists(HELDOUT)):
         raise SystemExit("the example's model and data are missing: run `bash examples/real/run.sh --prepare` once "
                          "(it makes scratch/real/)")
-    a.steps = a.steps or STEPS[a.algo][0]
-    a.eval_every = a.eval_every or STEPS[a.algo][1]
+    if not a.steps:  # the config's own
+        import yaml
+        with open(CONFIGS[a.algo]) as fh:
+            a.steps = yaml.safe_load(fh)["rl_config"]["train_iters"]
+    a.eval_every = a.eval_every or EVAL_EVERY[a.algo]
     os.makedirs(a.out, exist_ok=True)
     seeds = [1234, 1, 2, 3, 4, 5][:a.seeds]
     curves, gains = {}, {a.algo: []} if a.no_control else {a.algo: [], "sft": []}
     for seed in seeds:
-        rl, wall = run_grpo(seed, a, CONFIGS[a.algo], METRIC, a.override, name=a.algo)
+        rl, wall = run_rl(seed, a, CONFIGS[a.algo], METRIC, a.override, name=a.algo)
         runs = [(a.algo, rl, wall)]
         if not a.no_control:
             runs.append(("sft", *sft_subprocess(seed, rl[-1][0], a, __file__)))

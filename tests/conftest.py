@@ -198,3 +198,14 @@ def stop_then_resume(trainer, cli_main, command: str, at: int = 2) -> str:
     assert argv[:2] == ["mindrl", command]
     assert cli_main(argv[2:]) == 0
     return stopped.value.resume
+
+
+def record_prefill_rows(gen):
+    """Wrap a rollout Generator's prefill graph so that each call's row count is recorded; returns the list."""
+    calls, prefill = [], gen.prefill_cell
+
+    def recorded(ids, mask, rows):
+        calls.append(ids.shape[0])
+        return prefill(ids, mask, rows)
+    gen.prefill_cell = recorded
+    return calls

@@ -10,7 +10,7 @@ from mindrl.models import from_pretrained  # noqa: E402
 from mindrl.rollout.generator import Generator, Request  # noqa: E402
 from mindrl.rollout.sampling import Sampler, SamplingParams  # noqa: E402
 
-from conftest import VOCAB  # noqa: E402
+from conftest import VOCAB, record_prefill_rows  # noqa: E402
 
 
 def reference_generate(model, prompts, params, seed):
@@ -85,17 +85,6 @@ def test_small_pool_refills_freed_slots_and_gives_the_same_greedy_responses(mode
     assert min(lengths) < max(lengths)
 
 
-def _record_prefill_rows(gen):
-    """Wrap ``gen``'s prefill graph so that each call's row count is recorded."""
-    calls, prefill = [], gen.prefill_cell
-
-    def recorded(ids, mask, rows):
-        calls.append(ids.shape[0])
-        return prefill(ids, mask, rows)
-    gen.prefill_cell = recorded
-    return calls
-
-
 def test_fixed_prefill_rows_fill_the_pool_before_decoding_and_sample_what_the_reference_samples(model, rng):
     """A generator whose prefill takes 2 prompts per call (the trainer fixes it at the rollout's, so that an
     evaluation of 1 sample per prompt reuses the rollout's prefill graph) fills its 8 free slots with 4 prefill
@@ -104,7 +93,7 @@ def test_fixed_prefill_rows_fill_the_pool_before_decoding_and_sample_what_the_re
     prompts = _prompts(rng, (5, 9, 7, 12, 4, 8, 6, 10))
     params = SamplingParams(n=1, max_tokens=8, temperature=0.9, stop_token_ids=_stop_ids(model, prompts))
     gen = Generator(model.net, max_batch=8, max_prompt_len=16, max_new_tokens=8, prefill_rows=2)
-    calls = _record_prefill_rows(gen)
+    calls = record_prefill_rows(gen)
     out = gen.generate(prompts, params, seed=5)
     ref_tok, ref_lp = reference_generate(model, prompts, params, seed=5)
     assert calls == [2, 2, 2, 2]

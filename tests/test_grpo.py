@@ -282,12 +282,8 @@ def test_evaluation_reuses_the_rollouts_prefill_graph(workdir):
     gen, batch = t.policy.generator, t.run.plan.batch
     rows = batch.rollout_batch // batch.samples_per_prompt
     assert batch.samples_per_prompt > 1 and rows < gen.max_batch  # else the rollout's prefill fills the pool
-    calls, prefill = [], gen.prefill_cell
-
-    def recorded(ids, mask, dest):
-        calls.append(ids.shape[0])
-        return prefill(ids, mask, dest)
-    gen.prefill_cell = recorded
+    from conftest import record_prefill_rows
+    calls = record_prefill_rows(gen)
     t.train_step()
     rollout_calls = len(calls)
     metrics = t.evaluate()
