@@ -124,6 +124,25 @@ def test_step_and_held_out_loss_equal_transformers(workdir):
     assert metrics["sft/tokens_per_second"] > 0
 
 
+def test_recomputed_layers_step_equals_transformers(workdir):
+    """sft_config's Megatron recompute keys (block, 1 layer): the trained network recomputes its first layer, and a
+    step's loss and gradient norm are still transformers' on the same rows."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from mindrl.config.sft import load_sft_config
+    from mindrl.trainer.sft_training import SFTTrainer
+    model = transformers.AutoModelForCausalLM.from_pretrained(POLICY, dtype=torch.float32).eval()
+    trainer = SFTTrainer(load_sft_config(sft_yaml(workdir, "sft_recompute", data={"shuffle": False}, sft_config={
+        "recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 1})))
+    marked = [name for name, c in trainer.net.cells_and_names() if getattr(c, "_recompute_cell", None) is not None]
+    assert len(marked) == 1 and marked[0].endswith("layers.0"), marked
+    batch = next(trainer._batches())
+    want_loss, want_norm = hf_loss(model, batch["pretrain_ids"], batch["loss_mask"])
+    metrics = trainer.train_step(batch, 0)
+    assert metrics["sft/loss"] == pytest.approx(want_loss, rel=2e-5)
+    assert metrics["sft/grad_norm"] == pytest.approx(want_norm, rel=1e-4)
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. a run via the CLI, gradient accumulation, stop and resume
 

@@ -129,6 +129,37 @@ def check_lora(sec, section: str, explicit: set, err: "Errors") -> None:
         err.add(f"{section}.lora_target_modules", str(e))
 
 
+def check_recompute(sec, section: str, err: "Errors") -> None:
+    """A trained network's recompute keys (config/schema.py RecomputeConfig), by Megatron's own rules (its
+    TransformerConfig): full needs a method and a layer count, and the method and count mean nothing without it.
+    The count's upper bound, the model's num_layers, is checked with the model (PathChecks.recompute)."""
+    g, method, n = sec.recompute_granularity, sec.recompute_method, sec.recompute_num_layers
+    if g is None:
+        for key, value in (("recompute_method", method), ("recompute_num_layers", n)):
+            if value is not None:
+                err.add(f"{section}.{key}", f"{_show(value)} has no effect: {section}.recompute_granularity is not "
+                                            f"set (give full to recompute whole layers)")
+    elif g == "selective":
+        err.add(f"{section}.recompute_granularity", "selective is not supported: Megatron's selective recomputes the "
+                "core attention only, mindrl recomputes whole decoder layers; use full with recompute_method and "
+                "recompute_num_layers")
+    else:
+        if method is None:
+            err.add(f"{section}.recompute_method", "is required with recompute_granularity full (as in Megatron): "
+                                                   "block (the first recompute_num_layers layers) or uniform (all)")
+        if n is None:
+            err.add(f"{section}.recompute_num_layers", "is required with recompute_granularity full (as in "
+                                                       "Megatron): a layer count from 1 to the model's num_layers")
+
+
+def recompute_beyond(sec, layers: int):
+    """Why ``sec.recompute_num_layers`` does not fit a model of ``layers`` layers, or None when it does."""
+    n = sec.recompute_num_layers
+    if sec.recompute_granularity == "full" and n is not None and n > layers:
+        return f"{n} is more than the {layers} layers of the model {sec.model!r}"
+    return None
+
+
 class ConfigKind:
     """One kind of config file: its root dataclass (whose fields are the sections), the alias spellings it
     accepts, hints for sections of other frameworks, and its own rules.
@@ -529,6 +560,19 @@ class PathChecks:
             self.err.add(key, f"{written!r} {gguf_hint(written)}")
             return True
         return False
+
+    def recompute(self, section: str, sec) -> None:
+        """``sec.recompute_num_layers`` fits the model ``sec.model`` (Megatron: 1 to num_layers per stage)."""
+        if getattr(sec, "recompute_num_layers", None) is None or sec.recompute_granularity != "full":
+            return
+        from mindrl.models.config import load_model_config
+        try:
+            layers = load_model_config(sec.model).num_layers
+        except (ValueError, OSError):
+            return  # the model's own line says what is wrong with it
+        why = recompute_beyond(sec, layers)
+        if why:
+            self.err.add(f"{section}.recompute_num_layers", why)
 
     def model(self, key: str, written: str) -> str:
         """A model yaml (a bare name is looked up in model_configs/), a config.json or an HF directory."""

@@ -168,8 +168,13 @@ MEGATRON: dict = {
         "use_fused_rmsnorm", "use_fused_swiglu", "use_fused_rotary_pos_emb", "use_flash_attn", "use_mc2",
         "no_masked_softmax_fusion", "no_gradient_accumulation_fusion", "attention_softmax_in_fp32",
         "use_ascend_coc", "coc_fused_kernel", "coc_parallel_num", "reuse_fp32_param", "overlap_grad_reduce",
-        "overlap_param_gather", "use_rotary_position_embeddings", "swap_attention", "recompute_granularity",
-        "recompute_method", "recompute_num_layers")},
+        "overlap_param_gather", "use_rotary_position_embeddings", "swap_attention")},
+    "recompute_granularity": Rule(to="{role}.recompute_granularity",
+                                  why="full: whole decoder layers, recomputed in the backward; selective is refused"),
+    "recompute_method": Rule(to="{role}.recompute_method", why="block: the first recompute_num_layers layers; "
+                             "uniform: every layer, mindrl keeping each layer's input where Megatron keeps one per "
+                             "chunk of recompute_num_layers"),
+    "recompute_num_layers": Rule(to="{role}.recompute_num_layers", why="from 1 to the model's num_layers"),
 }
 # keys of the model files (and of megatron_training/actor_config when they restate one): mindrl.models.config reads
 # them; here they must agree with the model file, because mindrl reads an architecture from one file

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from mindrl.config.loader import Errors, PathChecks, check_lora, check_optimizer
-from mindrl.config.schema import COMPUTE_DTYPES, RUN_MODES, LoraConfig, OptimizerConfig, _opt
+from mindrl.config.loader import Errors, PathChecks, check_lora, check_optimizer, check_recompute
+from mindrl.config.schema import COMPUTE_DTYPES, RUN_MODES, LoraConfig, OptimizerConfig, RecomputeConfig, _opt
 
 
 @dataclass(kw_only=True)
-class TrainedModelConfig(LoraConfig, OptimizerConfig):
+class TrainedModelConfig(RecomputeConfig, LoraConfig, OptimizerConfig):
     """The trained network's section (``rm_config``, ``sft_config``); a kind overrides ``load``'s help."""
     model: str = _opt(path=True, help="architecture: model yaml (name in model_configs/ or path) or HF dir")
     tokenizer_name_or_path: str = _opt(path=True, help="tokenizer directory or file (copied into the output)")
@@ -72,6 +72,7 @@ def check_rules(cfg, explicit: set, err: Errors, section: str, command: str) -> 
         err.add("train.epochs", "has no effect: train.train_iters sets the length; give only one")
     check_optimizer(m, section, explicit, err)
     check_lora(m, section, explicit, err)
+    check_recompute(m, section, err)
     if cfg.eval.path is None:
         for key in ("interval", "num_samples"):
             if f"eval.{key}" in explicit:
@@ -100,6 +101,7 @@ def check_paths(cfg, err: Errors, section: str, command: str) -> None:
     """The model, tokenizer, weights, checkpoint directory and data files of an offline kind."""
     check, m = PathChecks(err), getattr(cfg, section)
     m.model = check.model(f"{section}.model", m.model)
+    check.recompute(section, m)
     m.tokenizer_name_or_path = check.tokenizer(f"{section}.tokenizer_name_or_path", m.tokenizer_name_or_path)
     if m.load is not None:
         m.load = check.weights(f"{section}.load", m.load)

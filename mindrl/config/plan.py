@@ -83,12 +83,23 @@ class ModelSpec:
     """A network's architecture: a model config (yaml, config.json or HF directory) and the dtype it computes in."""
     path: str
     compute_dtype: Optional[str] = None   # None: the model config's own
+    # trained roles: the section's Megatron recompute keys (RecomputeConfig.recompute_setting): True every layer,
+    # N the first N; None: the model config's own recompute_config
+    recompute: object = None
 
     def load(self):
-        """The model config, with the compute dtype applied."""
+        """The model config, with the compute dtype and the recompute setting applied."""
         from mindrl.models.config import load_model_config  # models/ reads files; the plan itself reads none
         config = load_model_config(self.path)
-        return config.replace(compute_dtype=self.compute_dtype) if self.compute_dtype else config
+        if self.compute_dtype:
+            config = config.replace(compute_dtype=self.compute_dtype)
+        return config if self.recompute is None else config.replace(recompute=self.recompute)
+
+    def recompute_text(self) -> str:
+        if self.recompute is None:
+            return ""
+        layers = "every layer" if self.recompute is True else f"the first {self.recompute} layers"
+        return f", recomputing {layers} in the backward"
 
 
 @dataclass(frozen=True)
@@ -147,7 +158,7 @@ class RoleSpec:
         dtype = f", {self.model.compute_dtype}" if self.model.compute_dtype else ""
         w = self.weights
         where = f"{w.path} ({w.what})" if w.path is not None else w.what
-        line = f"{self.name}: {self.model.path}{dtype}, from {where}"
+        line = f"{self.name}: {self.model.path}{dtype}{self.model.recompute_text()}, from {where}"
         line += f"; {self.lora.text()}" if self.lora is not None else ""
         return line + (f"; {self.optim.text()}" if self.optim is not None else "")
 
@@ -194,7 +205,7 @@ def plan_roles(cfg, batch: BatchPlan, needs_critic: bool) -> Dict[str, RoleSpec]
     kl_in_loss = bool(rl.use_kl_in_loss and rl.kl_coef > 0)
     updates = dict(epochs=batch.epochs, rows_per_update=batch.responses_per_update, shuffle=batch.shuffle)
     roles = {"policy": RoleSpec(
-        "policy", "train", ModelSpec(actor.model, actor.compute_dtype),
+        "policy", "train", ModelSpec(actor.model, actor.compute_dtype, actor.recompute_setting()),
         (WeightsSpec(actor.load, "policy", "actor_config.load") if actor.finetune else
          resumed_weights(actor.load, "policy", actor)) if actor.load else WeightsSpec(None),
         batch.train, batch.micro_batch, seed, OptimSpec.of(actor, steps),
@@ -215,7 +226,8 @@ def plan_roles(cfg, batch: BatchPlan, needs_critic: bool) -> Dict[str, RoleSpec]
     if needs_critic:
         cc = cfg.critic_config
         roles["critic"] = RoleSpec(
-            "critic", "critic", ModelSpec(cc.model, cc.compute_dtype or actor.compute_dtype), critic_weights(cfg),
+            "critic", "critic", ModelSpec(cc.model, cc.compute_dtype or actor.compute_dtype, cc.recompute_setting()),
+            critic_weights(cfg),
             batch.critic, batch.critic_micro_batch, seed + 7, OptimSpec.of(cc, steps),
             ValueLossSpec(rl.cliprange_value, cc.loss_agg_mode), lora=lora_spec(cc, seed + 7), **updates)
     if cfg.reward_config is not None:

@@ -46,6 +46,8 @@ POLICY_LOSSES = POLICY_LOSS_NAMES
 KL_PENALTIES = tuple(name for canon, aliases in KL_ESTIMATOR_ALIASES.items() for name in (canon, *aliases))
 LR_DECAY_STYLES = ("constant", "cosine", "linear")
 COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
+RECOMPUTE_GRANULARITIES = ("full", "selective")
+RECOMPUTE_METHODS = ("uniform", "block")
 RUN_MODES = ("graph", "pynative")
 
 
@@ -175,7 +177,31 @@ class LoraConfig:
 
 
 @dataclass(kw_only=True)
-class ActorConfig(LoraConfig, OptimizerConfig):
+class RecomputeConfig:
+    """Activation recompute of a trained network, with Megatron's keys and meanings (MindSpeed-RL's and
+    MindSpeed-LLM's): a recomputed layer keeps only its input for the backward and runs its forward again there.
+    Unset, the model yaml's ``recompute_config`` decides (an HF directory has none: no recompute)."""
+    recompute_granularity: str | None = _opt(None, choices=RECOMPUTE_GRANULARITIES,
+                                             help="full: whole decoder layers (with recompute_method and "
+                                                  "recompute_num_layers); selective (attention only) is refused; "
+                                                  "null = the model yaml's recompute_config")
+    recompute_method: str | None = _opt(None, choices=RECOMPUTE_METHODS,
+                                        help="with granularity full: block = the first recompute_num_layers "
+                                             "layers; uniform = every layer (Megatron checkpoints one input per "
+                                             "chunk of recompute_num_layers layers, mindrl one per layer)")
+    recompute_num_layers: int | None = _opt(None, ge=1, help="with granularity full: block's layer count, "
+                                            "uniform's chunk size (at most the model's num_layers)")
+
+    def recompute_setting(self):
+        """What these keys ask of the model config's ``recompute`` (True: every layer, N: the first N layers), or
+        None when they are unset and the model yaml decides. Call after the loader's check_recompute."""
+        if self.recompute_granularity is None:
+            return None
+        return True if self.recompute_method == "uniform" else int(self.recompute_num_layers)
+
+
+@dataclass(kw_only=True)
+class ActorConfig(RecomputeConfig, LoraConfig, OptimizerConfig):
     model: str = _opt(path=True, help="model yaml (name in model_configs/ or path) or HF dir")
     tokenizer_name_or_path: str = _opt(path=True, help="tokenizer directory or file")
     load: str | None = _opt(None, path=True, help="initial weights or checkpoint to resume")
@@ -194,7 +220,7 @@ class ActorConfig(LoraConfig, OptimizerConfig):
 
 
 @dataclass(kw_only=True)
-class CriticConfig(LoraConfig, OptimizerConfig):
+class CriticConfig(RecomputeConfig, LoraConfig, OptimizerConfig):
     """PPO's value model: its own weights, layout, optimizer and schedule (MindSpeed-RL's section name)."""
     model: str | None = _opt(None, path=True, derived=True, help="critic architecture; null = that of load, else "
                              "of the reward model, else actor_config.model")

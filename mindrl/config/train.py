@@ -10,7 +10,7 @@ import os
 from mindrl.algorithms import ADVANTAGE_ESTIMATORS, get_advantage_estimator
 from mindrl.config import mindspeed_rl
 from mindrl.config.loader import (ConfigKind, Errors, PathChecks, _fmt_num, _show, check_lora, check_optimizer,
-                                  config_from_dict, load_config, raw_config)
+                                  check_recompute, config_from_dict, load_config, raw_config)
 from mindrl.config.batch_plan import update_split_errors
 from mindrl.config.plan import critic_start, eval_metric_names
 from mindrl.config.schema import TrainConfig
@@ -313,6 +313,7 @@ def _check_lora(r: "_Rules") -> None:
     for section in ("actor_config", "critic_config"):
         if getattr(r.cfg, section) is not None:
             check_lora(getattr(r.cfg, section), section, r.explicit, r.err)
+            check_recompute(getattr(r.cfg, section), section, r.err)
     actor, ref = r.actor, r.cfg.ref
     if actor.lora_rank and r.rl.kl_coef > 0:
         same = actor.finetune and ref.ref_model_load_path in (None, actor.load)
@@ -445,6 +446,7 @@ def _check_paths(cfg: TrainConfig, err: Errors) -> None:
     actor, ref, rl, critic, rm = cfg.actor_config, cfg.ref, cfg.rl_config, cfg.critic_config, cfg.reward_config
     check = PathChecks(err)
     actor.model = check.model("actor_config.model", actor.model)
+    check.recompute("actor_config", actor)
     if ref.model is not None:
         ref.model = check.model("ref.model", ref.model)
     actor.tokenizer_name_or_path = check.tokenizer("actor_config.tokenizer_name_or_path", actor.tokenizer_name_or_path)

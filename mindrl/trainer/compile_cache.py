@@ -43,7 +43,9 @@ def compile_cache_dir(cfg, topo) -> str:
         # every section whose settings shape a graph: the critic's and reward model's layouts and micro-batches too
         "fingerprint": cfg.fingerprint("rl_config", "generate_config", "actor_config.tensor_model_parallel_size",
                                        "actor_config.compute_dtype", "actor_config.lora_rank",
-                                       "actor_config.lora_alpha", "actor_config.lora_target_modules", "runtime.mode",
+                                       "actor_config.lora_alpha", "actor_config.lora_target_modules",
+                                       "actor_config.recompute_granularity", "actor_config.recompute_method",
+                                       "actor_config.recompute_num_layers", "runtime.mode",
                                        "ref", "critic_config", "reward_config"),
         "world": str(topo.world), "rank": str(topo.rank),
         "mindrl": __version__, "mindspore": mindspore.__version__, "source": source_digest(),

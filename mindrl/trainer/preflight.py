@@ -18,6 +18,7 @@ from typing import List
 import numpy as np
 
 from mindrl.config import ConfigError
+from mindrl.config.loader import recompute_beyond
 from mindrl.data.reader import PTX_COLUMNS, mindrecord_columns, prompt_stats
 from mindrl.data.tokenizer import TokenizerError, load_tokenizer
 from mindrl.models.config import ModelConfigError, load_model_config, reward_statistics
@@ -98,6 +99,9 @@ def preflight(cfg, source: str = "<config>") -> None:
         if critic_model is not None and policy is not None and critic_model.vocab_size != policy.vocab_size:
             lines.append(f"critic_config.model: vocab_size {critic_model.vocab_size} is not the policy's "
                          f"{policy.vocab_size}: the critic reads the policy's token ids")
+        why = recompute_beyond(critic, critic_model.num_layers) if critic_model is not None else None
+        if why:
+            lines.append(f"critic_config.recompute_num_layers: {why}")
         if critic_model is not None and critic.load is not None:
             _check_shapes(lines, "critic_config.load", critic.load, _head_model_tensors(critic_model), need_head=False,
                           role="critic")
