@@ -32,10 +32,16 @@ RSS, start-up (build and load) and first-step time, and for mindrl every graph c
     python bench/bench_real.py --only grpo # one algorithm
     python bench/bench_real.py --only grpo --lora 16   # LoRA: mindrl full and LoRA against TRL + PEFT, one run
     python bench/bench_real.py --only grpo --profile  # mindrl's side only, its steady steps under MindSpore's profiler
+    python bench/bench_real.py --recompute  # also mindrl recomputing every layer, as TRL's GRPO side checkpoints
 
 With --lora R the policy trains rank-R adapters (alpha 2R) on every projection (`all-linear`): mindrl with
 actor_config.lora_rank, TRL with PEFT's LoraConfig handed to its trainer (its reference is then the base with the
 adapter off, as mindrl's). mindrl full fine-tuning runs in the same run, so the table shows LoRA against it too.
+
+With --recompute a third side, mindrl_recompute, trains with every decoder layer recomputed in the backward
+(actor_config's and critic_config's Megatron keys: recompute_granularity full, recompute_method uniform,
+recompute_num_layers 1): the like-for-like row against TRL's GRPO side, whose gradient checkpointing is on (TRL's PPO
+side does not checkpoint: PPOConfig keeps TrainingArguments' default, off).
 
 Prints a table per algorithm and the ratios mindrl/TRL of median e2e_tps. TRL's PPOTrainer is in trl<=1.12.0 (the
 test extras pin it); see bench/bench_ppo.py for --trl-python.
@@ -169,8 +175,15 @@ def mindrl_overrides(d, a, model_dir):
             "runtime.seed": 0, "rl_config.train_iters": a.steps, "rl_config.pad_to_multiple_of": a.pad_to_multiple_of}
 
 
+def recompute_overrides(algo) -> dict:
+    """Every decoder layer of the trained networks recomputed in the backward (Megatron's keys)."""
+    return {f"{section}.{k}": v for section in ("actor_config",) + (("critic_config",) if algo == "ppo" else ())
+            for k, v in (("recompute_granularity", "full"), ("recompute_method", "uniform"),
+                         ("recompute_num_layers", 1))}
+
+
 def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
-    """``extra``: more config overrides (bench_longtail.py's rollout settings)."""
+    """``extra``: more config overrides (bench_longtail.py's rollout settings, --recompute's)."""
     from mindrl.config import load_train_config
     from mindrl.trainer import RLTrainer
     counter = CompileCounter()
@@ -219,7 +232,11 @@ def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
                                                      "rollout/decoded_rows", "rollout/rounds") if k in m},
                      "split": {k[7:]: v for k, v in m.items() if k.startswith("timing/") and k != "timing/all"}})
     res = {"rows": rows, "startup_s": round(startup, 1), "peak_rss_gb": peak_rss_gb(),
-           "compiles": counter.by_step(), "compile_events": counter.events}
+           "compiles": counter.by_step(), "compile_events": counter.events,
+           # decoder layers of the trained networks marked for recompute (MindSpore's Cell.recompute), by role
+           "recomputed": {r.spec.name: [sum(1 for _, c in r.net.cells_and_names()
+                                           if getattr(c, "_recompute_cell", None) is not None), r.model_config.num_layers]
+                          for r in (t.policy, t.critic) if r is not None}}
     if profiler is not None:
         from profile_grpo import read_profile
         profiler.analyse()
@@ -354,13 +371,13 @@ def report(algo, results, a, params):
     print(f"\n{algo.upper()} on {os.path.basename(a.model.rstrip('/'))} ({params / 1e6:.1f}M), {what}, up to "
           f"{a.new_tokens} new tokens (stop at end of turn), micro-batch {a.micro_batch}, mindrl's widths padded to "
           f"{f'a multiple of {a.pad_to_multiple_of}' if a.pad_to_multiple_of else 'a power of two'}, {a.threads} threads")
-    print(f"{'side':12} {'start-up':>9} {'step 1':>7} {'median step':>12} {'e2e_tps':>8} {'peak RSS':>9}   "
+    print(f"{'side':16} {'start-up':>9} {'step 1':>7} {'median step':>12} {'e2e_tps':>8} {'peak RSS':>9}   "
           f"steps (s) / mean response tokens")
     med = {}
     for side, r in results.items():
         rows = r["rows"]
         med[side] = common.median_tps(rows)
-        print(f"{side:12} {r['startup_s']:8.1f}s {rows[0]['time']:6.1f}s "
+        print(f"{side:16} {r['startup_s']:8.1f}s {rows[0]['time']:6.1f}s "
               f"{statistics.median(x['time'] for x in common.steady(rows)):11.2f}s "
               f"{med[side]:8.1f} {r['peak_rss_gb']:7.2f}GB   {[round(x['time'], 1) for x in rows]} / "
               f"{[round(x.get('response_mean', 0), 1) for x in rows]}")
@@ -379,12 +396,17 @@ def report(algo, results, a, params):
             first[f"{graph} {n + 1}" if n else graph] = round(secs, 1)
     print(f"mindrl step 1 compiles by graph (seconds): {first}")
     for side, r in results.items():
+        if side.startswith("mindrl") and any(n for n, _ in r.get("recomputed", {}).values()):
+            print(f"{side} recomputes in the backward: " + ", ".join(
+                f"{role} {n} of {layers} layers" for role, (n, layers) in r["recomputed"].items()))
+    for side, r in results.items():
         if "profile" in r:  # --profile
             from profile_grpo import print_profile
             print(f"{side} under MindSpore's profiler, {r['profiled_steps']} steady steps (the profiler slows them: "
                   f"their times above are not the side's speed):")
             print_profile(r["profile"], r["profiled_steps"])
-    for ours, peer in (("mindrl", "trl"), ("mindrl_lora", "trl_lora"), ("mindrl_lora", "mindrl")):
+    for ours, peer in (("mindrl", "trl"), ("mindrl_recompute", "trl"), ("mindrl_recompute", "mindrl"),
+                       ("mindrl_lora", "trl_lora"), ("mindrl_lora", "mindrl")):
         if ours in med and peer in med:
             print(f"ratio {ours}/{peer} {algo} e2e_tps: {med[ours] / med[peer]:.2f}x; peak RSS {ours}/{peer}: "
                   f"{results[ours]['peak_rss_gb'] / results[peer]['peak_rss_gb']:.2f}x")
@@ -410,6 +432,8 @@ def main():
     ap.add_argument("--profile", action="store_true",
                     help="mindrl's sides only, their steady steps under MindSpore's profiler: kernel time by graph "
                          "part, operator type and scope")
+    ap.add_argument("--recompute", action="store_true",
+                    help="also mindrl with every layer recomputed in the backward (mindrl_recompute)")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -419,7 +443,8 @@ def main():
         algo, side = a.side.split("-")
         lora = side.endswith("_lora")
         if side.startswith("mindrl"):
-            res = run_mindrl(a.dir, a, algo, a.model, lora)
+            res = run_mindrl(a.dir, a, algo, a.model, lora,
+                             recompute_overrides(algo) if side.endswith("_recompute") else None)
         else:
             res = (run_trl_grpo if algo == "grpo" else run_trl_ppo)(a.dir, a, a.model, lora)
         print("RESULT " + json.dumps(res), flush=True)
@@ -435,6 +460,8 @@ def main():
     sides = ["mindrl"] + ([] if a.no_trl else ["trl"])
     if a.lora:  # LoRA against full fine-tuning and against TRL + PEFT (TRL's full fine-tuning is left out)
         sides = ["mindrl", "mindrl_lora"] + ([] if a.no_trl else ["trl_lora"])
+    if a.recompute:
+        sides.insert(1, "mindrl_recompute")
     if "ppo" in algos and not a.no_trl:
         from bench_ppo import check_trl
         why = check_trl(sys.executable)

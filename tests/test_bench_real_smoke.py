@@ -14,13 +14,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.slow
 def test_bench_real_quick():
     pytest.importorskip("trl")
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "bench_real.py"), "--quick"],
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "bench_real.py"), "--quick", "--recompute"],
                           capture_output=True, text=True, timeout=1200, cwd=REPO, env=dict(os.environ, GLOG_v="3"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     for algo in ("GRPO", "PPO"):
         table = out[out.index(f"\n{algo} on "):]
-        for side in ("mindrl", "trl"):
+        for side in ("mindrl", "mindrl_recompute", "trl"):
             row = re.search(rf"^{side} +([\d.]+)s +([\d.]+)s +([\d.]+)s +([\d.]+) +([\d.]+)GB", table, re.M)
             assert row, out
             startup, first, median, tps, peak = map(float, row.groups())
@@ -28,6 +28,11 @@ def test_bench_real_quick():
         ratio = re.search(rf"^ratio mindrl/trl {algo.lower()} e2e_tps: ([\d.]+)x; peak RSS mindrl/trl: ([\d.]+)x",
                           table, re.M)
         assert ratio and float(ratio.group(1)) > 0, out
+        assert re.search(rf"^ratio mindrl_recompute/trl {algo.lower()} e2e_tps: [\d.]+x", table, re.M), out
+        # --recompute: every layer of the trained networks (the quick model's 2), and none on the plain side
+        trained = "policy 2 of 2 layers" + (", critic 2 of 2 layers" if algo == "PPO" else "")
+        assert re.search(rf"^mindrl_recompute recomputes in the backward: {trained}$", table, re.M), out
+        assert not re.search(r"^mindrl recomputes", table, re.M), out
         compiles = re.search(r"^mindrl graph compiles by step \(count, seconds\): \{'1': \[(\d+), ([\d.]+)\]", table,
                              re.M)
         assert compiles and int(compiles.group(1)) > 0, out  # the first step compiles the graphs, and is counted
