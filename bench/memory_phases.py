@@ -11,6 +11,7 @@ sets the peak, bench_real.py measures it against TRL's.
     python bench/memory_phases.py               # GRPO, 2 steps (after `bash examples/real/run.sh --prepare`)
     python bench/memory_phases.py --only ppo    # PPO (reference, reward model, critic)
     python bench/memory_phases.py --quick       # a tiny random LLaMA: a smoke run
+    python bench/memory_phases.py --recompute   # the trained networks recompute every layer (bench_real's side)
 
 Writes only to a temporary directory, removed at exit.
 """
@@ -81,6 +82,8 @@ def main():
     ap.add_argument("--runs", type=int, default=1, help="calls of each graph always printed")
     ap.add_argument("--model", default=bench_real.MODEL)
     ap.add_argument("--quick", action="store_true", help="a tiny random LLaMA and tokenizer, 1 step: a smoke run")
+    ap.add_argument("--recompute", action="store_true", help="every layer of the trained networks recomputed in the "
+                                                             "backward (bench_real.py's mindrl_recompute side)")
     a = ap.parse_args()
     # bench_real.py's defaults: the same prompts, widths and batch
     a.new_tokens, a.grpo_prompts, a.ppo_prompts, a.micro_batch, a.threads = 24, 8, 16, 8, 2
@@ -98,10 +101,12 @@ def main():
         subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {here!r}); import bench_real; "
                         f"bench_real.make_rm({d!r}, {a.model!r})"], check=True)
     import mindspore  # noqa: F401  (MindSpore's own share is then in the first line)
-    print(f"{a.only} on {os.path.basename(a.model)}, {a.steps} steps; GiB", flush=True)
+    print(f"{a.only} on {os.path.basename(a.model)}, {a.steps} steps{', recomputing every layer' if a.recompute else ''}"
+          f"; GiB", flush=True)
     show("before start-up (MindSpore imported)", memory(), memory())
     watch(a.runs)
-    res = bench_real.run_mindrl(d, a, a.only, a.model)
+    res = bench_real.run_mindrl(d, a, a.only, a.model,
+                                extra=bench_real.recompute_overrides(a.only) if a.recompute else None)
     final = memory()
     print(f"end: rss {final[0]:.2f}, peak {final[1]:.2f} GiB; steps (s) {[round(r['time'], 1) for r in res['rows']]}")
 

@@ -67,9 +67,14 @@ def _loss_and_grads(recompute: bool):
     cfg = ModelConfig(model_type="qwen2", vocab_size=97, hidden_size=32, intermediate_size=48, num_layers=3,
                       num_heads=4, n_kv_heads=2, max_position_embeddings=64, qkv_bias=True,
                       recompute=2 if recompute else False).validate()
+    from mindrl.models.decoder import recomputed_layers, recomputing
     lm = build_network(cfg, seed=5)
-    assert sum(1 for _, c in lm.cells_and_names() if getattr(c, "_recompute_cell", None) is not None) == \
-        (2 if recompute else 0)  # the first two layers are marked
+    layers = recomputed_layers(lm)
+    assert len(layers) == (2 if recompute else 0)  # the first two layers are marked
+
+    def scopes():  # MindSpore's graph-mode marks: on while a training graph compiles, off for any other graph
+        return {(getattr(c, "_scope", None) or "").startswith("recompute_") for layer in layers
+                for _, c in layer.cells_and_names()}
 
     class Loss(nn.Cell):
         def __init__(self):
@@ -86,7 +91,13 @@ def _loss_and_grads(recompute: bool):
     mask[1, :5] = 0
     params = lm.trainable_params()
     step = ms.value_and_grad(Loss(), None, params)
-    loss, grads = step(ids, Tensor(mask))
+    if recompute:
+        assert scopes() == {False}
+    with recomputing(layers):
+        if recompute:
+            assert scopes() == {True}
+        loss, grads = step(ids, Tensor(mask))
+    assert not recompute or scopes() == {False}
     return float(loss.asnumpy()), [g.asnumpy() for g in grads]
 
 

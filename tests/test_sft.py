@@ -132,13 +132,29 @@ def test_recomputed_layers_step_equals_transformers(workdir):
     from mindrl.config.sft import load_sft_config
     from mindrl.trainer.sft_training import SFTTrainer
     model = transformers.AutoModelForCausalLM.from_pretrained(POLICY, dtype=torch.float32).eval()
+    from mindspore import nn
+    from mindrl.models.decoder import recomputed_layers
     trainer = SFTTrainer(load_sft_config(sft_yaml(workdir, "sft_recompute", data={"shuffle": False}, sft_config={
         "recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 1})))
     marked = [name for name, c in trainer.net.cells_and_names() if getattr(c, "_recompute_cell", None) is not None]
     assert len(marked) == 1 and marked[0].endswith("layers.0"), marked
+    layer = recomputed_layers(trainer.net)[0]
+    assert trainer.updater.accumulate._layers() == [layer]
+    compiled, compile = {}, nn.Cell.compile
+
+    def spy(cell, *args, **kwargs):  # MindSpore's recompute marks as each graph compiles: on for the update only
+        compiled[type(cell).__name__] = (layer._scope or "").startswith("recompute_")
+        return compile(cell, *args, **kwargs)
     batch = next(trainer._batches())
     want_loss, want_norm = hf_loss(model, batch["pretrain_ids"], batch["loss_mask"])
-    metrics = trainer.train_step(batch, 0)
+    nn.Cell.compile = spy
+    try:
+        metrics = trainer.train_step(batch, 0)
+        trainer.evaluate()
+    finally:
+        nn.Cell.compile = compile
+    assert compiled.pop("AccumulateGrad") is True and compiled and not any(compiled.values()), compiled
+    assert not (layer._scope or "").startswith("recompute_")
     assert metrics["sft/loss"] == pytest.approx(want_loss, rel=2e-5)
     assert metrics["sft/grad_norm"] == pytest.approx(want_norm, rel=1e-4)
 

@@ -10,8 +10,9 @@ R = num_heads / n_kv_heads query heads of one KV head are stacked along the sequ
 """
 from __future__ import annotations
 
-import math
+import contextlib
 import logging
+import math
 
 import numpy as np
 import mindspore as ms
@@ -313,6 +314,62 @@ class MLP(nn.Cell):
         return self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+_RECOMPUTE = "recompute_"
+
+
+def _recompute_marks(layer, on: bool) -> None:
+    """Put MindSpore's graph-mode recompute marks of ``layer`` on or off: Cell.recompute() prefixes the scope of the
+    cell and of every cell inside it with "recompute_", which the compiler reads when it builds a graph."""
+    for _, cell in layer.cells_and_names():
+        scope = cell._scope  # noqa: SLF001 - MindSpore's own mark; no public API turns it off
+        if on and not (scope or "").startswith(_RECOMPUTE):
+            cell._scope = _RECOMPUTE + (scope or "")
+        elif not on and scope and scope.startswith(_RECOMPUTE):
+            cell._scope = scope[len(_RECOMPUTE):] or None
+
+
+def recomputed_layers(cell) -> list:
+    """The decoder layers inside ``cell`` that recompute their forward in the backward (ModelConfig.recompute)."""
+    return [c for _, c in cell.cells_and_names()
+            if isinstance(c, DecoderLayer) and getattr(c, "_recompute_cell", None) is not None]
+
+
+@contextlib.contextmanager
+def recomputing(layers):
+    """Graphs compiled inside recompute ``layers`` (recomputed_layers); outside, a graph that runs the same layers
+    (the rollout's prefill and decode, a scoring pass) carries no recompute marks. With the marks on, the rollout's
+    prefill graph of bench_real's GRPO held 0.65 GiB more memory for nothing: it has no backward."""
+    off = [layer for layer in layers if not (layer._scope or "").startswith(_RECOMPUTE)]  # noqa: SLF001
+    for layer in off:
+        _recompute_marks(layer, True)
+    try:
+        yield
+    finally:
+        for layer in off:  # a nested use (Cell.__call__ compiles through Cell.compile) leaves them to the outer one
+            _recompute_marks(layer, False)
+
+
+class RecomputingCell(nn.Cell):
+    """A training graph (forward and backward) whose compile turns the recompute marks of its layers on: those
+    inside it, or inside the network given to :meth:`recomputes` (a loss cell held by ``value_and_grad`` only)."""
+
+    def recomputes(self, net) -> None:
+        object.__setattr__(self, "_recomputed", recomputed_layers(net))  # a plain list: not registered as cells
+
+    def _layers(self) -> list:
+        if getattr(self, "_recomputed", None) is None:
+            self.recomputes(self)
+        return self._recomputed
+
+    def __call__(self, *args, **kwargs):
+        with recomputing(self._layers()):
+            return super().__call__(*args, **kwargs)
+
+    def compile(self, *args, **kwargs):
+        with recomputing(self._layers()):
+            return super().compile(*args, **kwargs)
+
+
 class DecoderLayer(nn.Cell):
     def __init__(self, cfg: ModelConfig, tp: TPContext, cdt: str, pdt: str, seed: int):
         super().__init__()
@@ -351,6 +408,7 @@ class Backbone(nn.Cell):
         self.layers = nn.CellList([DecoderLayer(cfg, tp, cdt, pdt, seed + 100 * (i + 1)) for i in range(cfg.num_layers)])
         for layer in list(self.layers)[:cfg.recompute_layers()]:
             layer.recompute()  # MindFormers' recompute_config.recompute: MindSpore's own pass, per layer
+            _recompute_marks(layer, False)  # on only in the training graphs: see recomputing()
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
         self.local_heads, self.local_kv_heads = cfg.num_heads // tp.size, cfg.n_kv_heads // tp.size
         # True: ``attention_mask`` holds each token's segment of a packed row (`mindrl sft` with data.packing);

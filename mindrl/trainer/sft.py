@@ -7,6 +7,7 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 from mindrl.data.widths import bucket
+from mindrl.models.decoder import RecomputingCell
 from mindrl.models.scoring import LogProbsAndEntropy
 from mindrl.trainer.optim import AdamW
 from mindrl.trainer.updater import _square_sum
@@ -145,7 +146,7 @@ def _first_fit(rows, width: int) -> list:
     return bins
 
 
-class SFTStep(nn.Cell):
+class SFTStep(RecomputingCell):
     """One supervised AdamW step on a batch: the token-mean NLL (the batch's masked token count as denominator)."""
 
     def __init__(self, lm, lr_weight_decay=0.0, clip_grad=1.0):

@@ -15,6 +15,7 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 from mindrl.algorithms.denominators import loss_denominator, micro_batch_denominator
+from mindrl.models.decoder import RecomputingCell
 from mindrl.models.safetensors_io import CheckpointError
 from mindrl.trainer.inputs import dummy_inputs, loss_input_names, tensors
 from mindrl.trainer.optim import AdamW
@@ -112,7 +113,7 @@ class GradientBuffers:
         return ms.ParameterTuple(out)
 
 
-class AccumulateGrad(nn.Cell):
+class AccumulateGrad(RecomputingCell):
     """One micro-batch: forward, backward, add the gradients into ``accum``. ``inputs``: the loss cell's named
     inputs (trainer/inputs.py), which :meth:`run` and :meth:`compile_for` take as a mapping."""
 
@@ -121,6 +122,7 @@ class AccumulateGrad(nn.Cell):
         self.inputs, self.what = loss_input_names(loss_cell), type(loss_cell).__name__
         self.params = ms.ParameterTuple(params)
         self.grad_fn = ms.value_and_grad(loss_cell, None, self.params, has_aux=True)
+        self.recomputes(loss_cell)
         # a second loss term of the same update (PPO-ptx) adds into the first one's buffers
         self.accum = GradientBuffers().take(self.params) if accum is None else accum
         self.hyper_map = ops.HyperMap()
