@@ -185,6 +185,7 @@ def recompute_overrides(algo) -> dict:
 def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
     """``extra``: more config overrides (bench_longtail.py's rollout settings, --recompute's)."""
     from mindrl.config import load_train_config
+    from mindrl.models.decoder import recomputed_layers
     from mindrl.trainer import RLTrainer
     counter = CompileCounter()
     over = mindrl_overrides(d, a, model_dir)
@@ -234,8 +235,7 @@ def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
     res = {"rows": rows, "startup_s": round(startup, 1), "peak_rss_gb": peak_rss_gb(),
            "compiles": counter.by_step(), "compile_events": counter.events,
            # decoder layers of the trained networks marked for recompute (MindSpore's Cell.recompute), by role
-           "recomputed": {r.spec.name: [sum(1 for _, c in r.net.cells_and_names()
-                                           if getattr(c, "_recompute_cell", None) is not None), r.model_config.num_layers]
+           "recomputed": {r.spec.name: [len(recomputed_layers(r.net)), r.model_config.num_layers]
                           for r in (t.policy, t.critic) if r is not None}}
     if profiler is not None:
         from profile_grpo import read_profile

@@ -83,7 +83,8 @@ class OfflineTrainer:
         # the trained network as the RL run's roles are described (config/plan.py)
         weights = (WeightsSpec(m.load, self.weights_part(m.load, m.finetune), f"{self.section}.load",
                                adapters=bool(m.lora_rank) and not m.finetune) if m.load else WeightsSpec(None))
-        self.spec = RoleSpec(self.role_name, "train", ModelSpec(m.model, m.compute_dtype, m.recompute_setting()), weights, self.layout,
+        model = ModelSpec(m.model, m.compute_dtype, m.recompute_setting())
+        self.spec = RoleSpec(self.role_name, "train", model, weights, self.layout,
                              tr.micro_batch_size, cfg.runtime.seed, OptimSpec.of(m, self.total),
                              lora=lora_spec(m, cfg.runtime.seed))
         tok = m.tokenizer_name_or_path
