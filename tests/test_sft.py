@@ -316,6 +316,8 @@ def test_stopped_and_resumed_ends_as_an_uninterrupted_run(workdir, whole_run):
     ({"data": {"path": "<prompts>"}}, "data.path", "has no pretrain_ids or loss_mask column"),
     ({"eval": {"path": "<prompts>"}}, "eval.path", "has no pretrain_ids or loss_mask column"),
     ({"sft_config": {"seq_length": 512}}, "sft_config.seq_length", "sft has no length key"),
+    ({"sft_config": {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 3}},
+     "sft_config.recompute_num_layers", "3 is more than the 2 layers"),
     ({"sft_config": {"reset_position_ids": True}}, "sft_config.reset_position_ids", "packing"),
     ({"sft_config": {"no_shuffle": True}}, "sft_config.no_shuffle", "data.shuffle"),
     ({"sft_config": {"global_batch_size": 8}, "train": {"global_batch_size": 4}}, "sft_config.global_batch_size",

@@ -132,7 +132,7 @@ def check_lora(sec, section: str, explicit: set, err: "Errors") -> None:
 def check_recompute(sec, section: str, err: "Errors") -> None:
     """A trained network's recompute keys (config/schema.py RecomputeConfig), by Megatron's own rules (its
     TransformerConfig): full needs a method and a layer count, and the method and count mean nothing without it.
-    The count's upper bound, the model's num_layers, is checked with the model (PathChecks.recompute)."""
+    The count's upper bound, the model's num_layers, is checked with the model (recompute_beyond)."""
     g, method, n = sec.recompute_granularity, sec.recompute_method, sec.recompute_num_layers
     if g is None:
         for key, value in (("recompute_method", method), ("recompute_num_layers", n)):
@@ -562,8 +562,9 @@ class PathChecks:
         return False
 
     def recompute(self, section: str, sec) -> None:
-        """``sec.recompute_num_layers`` fits the model ``sec.model`` (Megatron: 1 to num_layers per stage)."""
-        if getattr(sec, "recompute_num_layers", None) is None or sec.recompute_granularity != "full":
+        """``sec.recompute_num_layers`` fits the model ``sec.model`` (Megatron: 1 to num_layers per stage). An
+        offline kind's check; `mindrl train` checks it in preflight, where its models are read anyway."""
+        if sec.recompute_num_layers is None:
             return
         from mindrl.models.config import load_model_config
         try:

@@ -446,7 +446,6 @@ def _check_paths(cfg: TrainConfig, err: Errors) -> None:
     actor, ref, rl, critic, rm = cfg.actor_config, cfg.ref, cfg.rl_config, cfg.critic_config, cfg.reward_config
     check = PathChecks(err)
     actor.model = check.model("actor_config.model", actor.model)
-    check.recompute("actor_config", actor)
     if ref.model is not None:
         ref.model = check.model("ref.model", ref.model)
     actor.tokenizer_name_or_path = check.tokenizer("actor_config.tokenizer_name_or_path", actor.tokenizer_name_or_path)

@@ -62,6 +62,13 @@ def _check_shapes(lines: List[str], key: str, path: str, want: dict, need_head: 
             return
 
 
+def recompute_fits(lines: List[str], section: str, sec, config) -> None:
+    """A trained role's recompute_num_layers is at most its model's layers (``config``: None when unreadable)."""
+    why = recompute_beyond(sec, config.num_layers) if config is not None else None
+    if why:
+        lines.append(f"{section}.recompute_num_layers: {why}")
+
+
 def preflight(cfg, source: str = "<config>") -> None:
     """Raise ConfigError naming the key and file of everything found wrong. Runs once per config object (the
     CLI checks before it sets up anything, and the trainer, which the Python API builds directly, checks too)."""
@@ -78,6 +85,7 @@ def preflight(cfg, source: str = "<config>") -> None:
             return None
 
     policy = model("actor_config.model", cfg.actor_config.model)
+    recompute_fits(lines, "actor_config", cfg.actor_config, policy)
     if policy is not None:
         _check_memory(lines, policy)
     rm, critic = cfg.reward_config, cfg.critic_config
@@ -99,9 +107,7 @@ def preflight(cfg, source: str = "<config>") -> None:
         if critic_model is not None and policy is not None and critic_model.vocab_size != policy.vocab_size:
             lines.append(f"critic_config.model: vocab_size {critic_model.vocab_size} is not the policy's "
                          f"{policy.vocab_size}: the critic reads the policy's token ids")
-        why = recompute_beyond(critic, critic_model.num_layers) if critic_model is not None else None
-        if why:
-            lines.append(f"critic_config.recompute_num_layers: {why}")
+        recompute_fits(lines, "critic_config", critic, critic_model)
         if critic_model is not None and critic.load is not None:
             _check_shapes(lines, "critic_config.load", critic.load, _head_model_tensors(critic_model), need_head=False,
                           role="critic")
