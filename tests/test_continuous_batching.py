@@ -107,6 +107,42 @@ def test_fixed_prefill_rows_fill_the_pool_before_decoding_and_sample_what_the_re
     assert calls == [2] and out4.tokens == ref4  # both prompts' 8 samples fill the pool from one prefill
 
 
+def test_prefill_calls_wait_for_enough_free_slots_and_do_less_work_than_eager_ones(model, rng, monkeypatch):
+    """Twenty prompts, greedy, through a pool of 8 whose prefill graph computes 8 rows per call (the real PPO
+    example's evaluation: 200 prompts, a pool of 32). Prefilling as soon as one slot frees (the eager schedule, as
+    the generator did before) spends a call of 8 rows on one prompt; the generator now waits until the slots left
+    empty since its last call outweigh the rows the call would leave unused. Both give the whole-batch pool's
+    responses; waiting makes fewer calls and less work: prefilled positions plus decoded slots."""
+    prompts = _prompts(rng, [int(n) for n in rng.integers(3, 16, size=20)])
+    params = SamplingParams(n=1, max_tokens=12, do_sample=False, stop_token_ids=_stop_ids(model, prompts))
+    whole = Generator(model.net, max_batch=20, max_prompt_len=16, max_new_tokens=12).generate(prompts, params)
+
+    def run(eager):
+        gen = Generator(model.net, max_batch=8, max_prompt_len=16, max_new_tokens=12, prefill_rows=8)
+        if eager:
+            monkeypatch.setattr(gen, "_worth_a_prefill", lambda *args: True)
+        taken, admit = [], gen._admit
+
+        def recorded(reqs, *args):
+            taken.append(len(reqs))
+            return admit(reqs, *args)
+        monkeypatch.setattr(gen, "_admit", recorded)
+        out = gen.generate(prompts, params)
+        work = 8 * 16 * len(taken) + gen.last_stats["decoded_rows"]  # every call: 8 rows of the 16-wide bucket
+        return out, taken, work
+
+    (eager, eager_calls, eager_work), (waited, calls, work) = run(True), run(False)
+    for out in (eager, waited):
+        assert out.tokens == whole.tokens
+        for a, b in zip(out.log_probs, whole.log_probs):
+            np.testing.assert_allclose(a, b, atol=2e-5)
+    assert sum(eager_calls) == sum(calls) == 20
+    assert len({len(t) for t in whole.tokens}) > 2  # responses end at varied steps: slots free one by one
+    assert eager_calls[0] == calls[0] == 8 and min(eager_calls) < 3  # eager: calls for one or two prompts
+    assert len(calls) < len(eager_calls) and work < eager_work
+    print(f"prompts per prefill call: eager {eager_calls} (work {eager_work}), waiting {calls} (work {work})")
+
+
 def test_small_pool_sampled_log_probs_are_the_models(model, rng):
     """Sampled through a small pool, rows decode at different positions in one graph call: every log-prob still
     equals a full forward pass over its own sequence (float64)."""
