@@ -480,7 +480,7 @@ class RunPlan:
             out.append(f"  generation: batches of {b.gen_prompts} prompts, {limit} per step, until {b.prompts} "
                        f"prompts have rewards that differ within their group (dynamic sampling)")
         share = b.gen_responses_per_replica
-        decode = f"{b.rollout_batch} at a time (a finished response's slot takes the next prompt's sample)" \
+        decode = f"{b.rollout_batch} at a time (finished responses' slots take the next prompts' samples)" \
             if b.rollout_batch < share else "all at once"
         out.append(f"  rollout: layout {b.infer.text()}, {share} responses per replica and generation batch, "
                    f"decoded {decode}")

@@ -278,7 +278,7 @@ class GenerateConfig:
     infer_data_parallel_size: int | None = _opt(None, ge=1, help="null = derived from world size")
     max_num_seqs: int | None = _opt(None, ge=1, derived=True,
                                     help="decode slots per rollout replica: at most this many responses decode at "
-                                    "once, and a finished response's slot takes the next prompt's sample "
+                                    "once, and finished responses' slots take the next prompts' samples "
                                     "(continuous batching); null = micro_batch_size, or all of its share")
     micro_batch_size: int | None = _opt(None, ge=1, help="the older name of max_num_seqs (set one of the two)")
     seed: int | None = _opt(None, ge=0, lt=2**32, help="seed of the rollout's sampling; null = runtime.seed")
