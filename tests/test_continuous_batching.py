@@ -117,19 +117,22 @@ def test_prefill_calls_wait_for_enough_free_slots_and_do_less_work_than_eager_on
     params = SamplingParams(n=1, max_tokens=12, do_sample=False, stop_token_ids=_stop_ids(model, prompts))
     whole = Generator(model.net, max_batch=20, max_prompt_len=16, max_new_tokens=12).generate(prompts, params)
 
-    def run(eager):
-        gen = Generator(model.net, max_batch=8, max_prompt_len=16, max_new_tokens=12, prefill_rows=8)
-        if eager:
-            monkeypatch.setattr(gen, "_worth_a_prefill", lambda *args: True)
-        taken, admit = [], gen._admit
+    gen = Generator(model.net, max_batch=8, max_prompt_len=16, max_new_tokens=12, prefill_rows=8)
+    taken, admit = [], gen._admit
 
-        def recorded(reqs, *args):
-            taken.append(len(reqs))
-            return admit(reqs, *args)
-        monkeypatch.setattr(gen, "_admit", recorded)
-        out = gen.generate(prompts, params)
+    def recorded(reqs, *args):
+        taken.append(len(reqs))
+        return admit(reqs, *args)
+    monkeypatch.setattr(gen, "_admit", recorded)
+
+    def run(eager):
+        taken.clear()
+        with monkeypatch.context() as m:
+            if eager:
+                m.setattr(gen, "_worth_a_prefill", lambda *args: True)
+            out = gen.generate(prompts, params)
         work = 8 * 16 * len(taken) + gen.last_stats["decoded_rows"]  # every call: 8 rows of the 16-wide bucket
-        return out, taken, work
+        return out, list(taken), work
 
     (eager, eager_calls, eager_work), (waited, calls, work) = run(True), run(False)
     for out in (eager, waited):
