@@ -339,9 +339,9 @@ class Generator:
         example's) made 49 calls of 32 rows for 200 prompts, 3.5 s each, three quarters of its time. Waiting costs
         the empty slots of each decode step instead. So the call waits until the empty slot-steps since the last
         call (``idle``) reach the rows it would leave unused, counted as positions (rows x the prefill's width),
-        against the prompts it could take once the decoding rows are done: the rent-or-buy rule, which never pays
-        more than twice the better of the two choices made with hindsight. Deterministic: counts, not clocks, so a
-        run samples the same way every time."""
+        against the prompts it could take once the decoding rows are done: rent-or-buy, waiting until waiting has
+        cost what acting would (both counted in positions, a decode slot as one prefilled position). Deterministic:
+        counts, not clocks, so a run samples the same way every time."""
         now = _fitting(requests, queue, pool.free_count(), rows)
         best = _fitting(requests, queue, pool.size - len(pool.parked), rows)
         width = self._prefill_width(max(len(requests[q].prefix) for q in best))
