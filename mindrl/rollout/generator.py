@@ -257,9 +257,11 @@ class Generator:
             if queue and requests[queue[-1]].n > pool.free_count() and not pending and not feed:
                 pool.evict_parked(requests[queue[-1]].n)  # nothing decodes: parked rows give their slots
             # free slots take prompts, rows at a time: at once when nothing else decodes, else when worth a call
-            while queue and requests[queue[-1]].n <= pool.free_count() and \
-                    (not (pending or feed) or self._worth_a_prefill(requests, queue, pool, rows, idle)):
+            while queue:
                 taken = _fitting(requests, queue, pool.free_count(), rows)
+                if not taken or ((pending or feed) and not self._worth_a_prefill(requests, queue, pool, rows,
+                                                                                  len(taken), idle)):
+                    break
                 del queue[len(queue) - len(taken):]
                 logits = self._admit([requests[q] for q in taken],
                                      [[("seq", s) for s in range(first[q], first[q + 1])] for q in taken],
@@ -332,7 +334,7 @@ class Generator:
         return _bucket(self.max_prompt_len, self.prompt_buckets) if longest <= self.max_prompt_len else \
             self.prompt_buckets[-1]
 
-    def _worth_a_prefill(self, requests, queue, pool: "_Pool", rows: int, idle: int) -> bool:
+    def _worth_a_prefill(self, requests, queue, pool: "_Pool", rows: int, now: int, idle: int) -> bool:
         """While rows decode, is it time to prefill the queued prompts that fit the free slots? A prefill call
         computes all ``rows`` of its graph however few prompts it takes, so admitting one prompt as soon as one slot
         frees spent a whole call on it: a greedy evaluation of 200 prompts through a pool of 32 (the real PPO
@@ -341,11 +343,10 @@ class Generator:
         call (``idle``) reach the rows it would leave unused, counted as positions (rows x the prefill's width),
         against the prompts it could take once the decoding rows are done: rent-or-buy, waiting until waiting has
         cost what acting would (both counted in positions, a decode slot as one prefilled position). Deterministic:
-        counts, not clocks, so a run samples the same way every time."""
-        now = _fitting(requests, queue, pool.free_count(), rows)
+        counts, not clocks, so a run samples the same way every time. ``now``: the prompts the free slots take."""
         best = _fitting(requests, queue, pool.size - len(pool.parked), rows)
         width = self._prefill_width(max(len(requests[q].prefix) for q in best))
-        return (len(best) - len(now)) * width <= idle
+        return (len(best) - now) * width <= idle
 
     def _admit(self, reqs: List[Request], seqs, pool: "_Pool", rows: int, stats) -> list:
         """Prefill ``reqs`` (at most ``rows``) into free slots, copy each one's cache row to its n samples' slots;
