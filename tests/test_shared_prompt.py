@@ -137,5 +137,8 @@ def test_grpo_steps_with_shared_prompts_match_unshared(workdir):
         assert a["response_length/mean"] == b["response_length/mean"]  # the same rollouts
         for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
             assert a[k] == pytest.approx(b[k], rel=2e-4, abs=1e-6), k
+    # the two sum in other orders, and Adam divides each gradient by its own running scale: an element whose
+    # gradient is near zero can move differently on rounding alone (one of 2,048 by 2.1e-6 over the 4 updates);
+    # 1e-5 is a hundredth of one step of the run's lr 1e-3
     for n in w_u:
-        np.testing.assert_allclose(w_s[n], w_u[n], rtol=1e-4, atol=1e-6, err_msg=n)
+        np.testing.assert_allclose(w_s[n], w_u[n], rtol=1e-4, atol=1e-5, err_msg=n)

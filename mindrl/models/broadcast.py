@@ -5,7 +5,9 @@ w [H], scores + mask) holds about four extra buffers of its output's size until 
 graphs included (measured: six x * r with r [N, 1] on a 134 MB x took 3.3 GB, and 0.4 GB after an explicit
 broadcast_to; scalars are free), and autodiff through it keeps more. So every operation on activations gets
 operands of equal shapes (expand()), and the tables every layer shares are expanded once per forward. The
-8-layer bench model's update at 4 x 1024 tokens peaked at 16.4 GB before these rules.
+8-layer bench model's update at 4 x 1024 tokens peaked at 16.4 GB before these rules. Two operations hold their
+output past its last use even at equal shapes, a division (by a tensor or by a constant) and a transpose
+(bench/kernel_memory.py): activation-sized tensors are multiplied by reciprocals instead of divided.
 
 Custom bprops call ``expand_in_bprop``, a twin of ``expand``: MindSpore 2.10's graph mode parses a Python function
 once and shares that graph between the forward (construct) and the custom bprops. expand's branches on shapes are

@@ -17,29 +17,35 @@ class TokenStats(nn.Cell):
     through the backward (see models/broadcast.py); at a 150k vocabulary those are the largest tensors
     of an update. Row maxima come from ArgMaxWithValue and row sums
     from a product with ones (broadcast.row_sum): MindSpore's CPU ReduceMax/ReduceSum over the vocabulary took
-    52-144 ms where these take 6-12 (16 x 128 x 8192 logits)."""
+    52-144 ms where these take 6-12 (16 x 128 x 8192 logits). p is e times the rows' reciprocals, not e divided
+    by the rows' sums: on MindSpore 2.10's CPU backend a division's output is not reused within the graph
+    (bench/kernel_memory.py), and that one [.., V] division, made in the forward and again in the backward, was
+    0.9 GiB of the real-model GRPO update's peak at responses of 192 tokens (docs/performance.md, Memory)."""
 
     def _stats(self, logits):
-        """(p, log-sum-exp [.., 1], E_p[z] [.., 1]); [.., 1] columns are expanded before they meet the logits
-        (see models/broadcast.py)."""
+        """(p, the row maxima m, log of the shifted rows' sums, E_p[z - m]), the last three [.., 1]; [.., 1] columns
+        are expanded before they meet the logits (see models/broadcast.py). The entropy is the third minus the
+        fourth: taken from log-sum-exp and E_p[z], two numbers of the logits' size, it would lose the digits a
+        large logit carries (1e-3 at logits of 1e4)."""
         m = ops.stop_gradient(logits.max(-1, keepdims=True))
-        e = ops.exp(logits - expand(m, logits))
+        shifted = logits - expand(m, logits)
+        e = ops.exp(shifted)
         total = row_sum(e)
-        p = e / expand(total, e)
-        return p, m + ops.log(total), row_sum(p * logits)
+        p = e * expand(1.0 / total, e)  # not e / expand(total, e): see the class's docstring
+        return p, m, ops.log(total), row_sum(p * shifted)
 
     def construct(self, logits, targets):
-        _, lse, mean_z = self._stats(logits)
+        _, m, log_total, mean_shifted = self._stats(logits)
         picked = ops.gather_elements(logits, -1, ops.expand_dims(targets, -1))
-        return (picked - lse).squeeze(-1), (lse - mean_z).squeeze(-1)
+        return (picked - (m + log_total)).squeeze(-1), (log_total - mean_shifted).squeeze(-1)
 
     def bprop(self, logits, targets, out, dout):
         d_logp = expand_in_bprop(ops.expand_dims(dout[0], -1), logits)
         d_ent = expand_in_bprop(ops.expand_dims(dout[1], -1), logits)
-        p, _, mean_z = self._stats(logits)
+        p, m, _, mean_shifted = self._stats(logits)
         onehot = ops.one_hot(targets, logits.shape[-1], ops.ones((), logits.dtype), ops.zeros((), logits.dtype))
-        return onehot * d_logp - p * (d_logp + d_ent * (logits - expand_in_bprop(mean_z, logits))), \
-            ops.zeros_like(targets)
+        mean_z = expand_in_bprop(m + mean_shifted, logits)
+        return onehot * d_logp - p * (d_logp + d_ent * (logits - mean_z)), ops.zeros_like(targets)
 
 
 class LogProbCell(nn.Cell):
