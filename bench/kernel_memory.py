@@ -2,7 +2,7 @@
 """Which MindSpore operations keep their output past its last use inside one graph (CPU backend).
 
 One graph computes --chunks chunks one after another: each chunk takes rows of an input, runs the operation on its
-product with a weight ([--rows x 576] x [576 x --width], 33 MiB at the defaults), and adds the result's sum into a
+product with a weight ([--rows x 576] x [576 x --width], 32 MiB at the defaults), and adds the result's sum into a
 scalar the next chunk waits for. Once a chunk's sum is taken its tensors are dead, so a runtime that reuses memory
 holds one chunk's tensors at a time, however many chunks there are. For each operation the script runs the graph
 with 1 chunk and with --chunks chunks, each in a child process, and prints how much more the process peaked with
@@ -87,7 +87,8 @@ def transpose(z):
 
 
 def one_hot(z):
-    return ops.one_hot(ops.zeros((z.shape[0],), ms.int32), z.shape[-1], ops.ones((), z.dtype), ops.zeros((), z.dtype)) * z
+    rows = ops.zeros((z.shape[0],), ms.int32)
+    return ops.one_hot(rows, z.shape[-1], ops.ones((), z.dtype), ops.zeros((), z.dtype)) * z
 
 
 def strided_slice(z):
@@ -195,8 +196,7 @@ def main():
     if unknown:
         raise SystemExit(f"kernel_memory: unknown operation(s) {', '.join(unknown)}; known: {', '.join(OPS)}")
     unit = a.rows * a.width * 4 / 2**30
-    import mindspore
-    print(f"MindSpore {mindspore.__version__}, CPU; one chunk's output {unit * 1024:.0f} MiB; peak growth from 1 to "
+    print(f"MindSpore {ms.__version__}, CPU; one chunk's output {unit * 1024:.0f} MiB; peak growth from 1 to "
           f"{a.chunks} chunks, in chunk outputs per extra chunk")
     print(f"{'operation':<18} {'expression':<44} kept per extra chunk")
     for name in names:
