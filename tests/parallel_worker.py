@@ -87,6 +87,18 @@ def check_layers(hf_dir, out):
         res.setdefault("bad", {})[n] = rel(g2, g1) if rel(g2, g1) > 1e-4 else None
     res["grad_rel_max"] = worst
 
+    # large logits through the vocab-parallel path: entropy and log p against float64 (each rank holds half the vocab)
+    z = rng.normal(0, 3, (2, 3, 16))
+    z[0, 0] += 1e4      # a huge shift: lse - E_p[z] would cancel its digits away
+    z[1, 2, 4] = 60.0   # nearly one-hot
+    z = z.astype(np.float32).astype(np.float64)  # the reference sees the logits the ranks see
+    tgt = rng.integers(0, 16, size=(2, 3)).astype(np.int32)
+    lp, ent = LogProbsAndEntropy(tp2)(Tensor(z[..., tp2.rank * 8:(tp2.rank + 1) * 8], ms.float32), Tensor(tgt))
+    v = z - z.max(-1, keepdims=True)
+    logp = v - np.log(np.exp(v).sum(-1, keepdims=True))
+    res["large_entropy_err"] = float(np.abs(ent.asnumpy() - -(np.exp(logp) * logp).sum(-1)).max())
+    res["large_logp_err"] = float(np.abs(lp.asnumpy() - np.take_along_axis(logp, tgt[..., None], -1)[..., 0]).max())
+
     # reshard: tp1 (train) -> tp2 (infer) -> fresh tp1 must be exact
     fresh = from_pretrained(hf_dir)
     rename_parameters(fresh.net, "fresh")

@@ -442,6 +442,19 @@ def test_entropy_is_stable():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-4)
 
 
+def test_log_prob_is_stable():
+    from mindrl.models.scoring import TokenStats
+    rng = np.random.default_rng(12)
+    z = rng.normal(0, 3, (2, 3, 11))
+    z[0] += 1e4  # log p is a small number left from logits near 1e4
+    z = z.astype(np.float32).astype(np.float64)  # the reference sees the float32 logits the cell sees
+    targets = rng.integers(0, 11, (2, 3))
+    got = npf(TokenStats()(T(z), Tensor(targets.astype(np.int32)))[0])
+    v = z - z.max(-1, keepdims=True)
+    want = np.take_along_axis(v - np.log(np.exp(v).sum(-1, keepdims=True)), targets[..., None], -1)[..., 0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+
+
 def test_value_loss_against_reference():
     rng = np.random.default_rng(11)
     B, L = 4, 7

@@ -37,7 +37,8 @@ class TokenStats(nn.Cell):
     def construct(self, logits, targets):
         _, m, log_total, mean_shifted = self._stats(logits)
         picked = ops.gather_elements(logits, -1, ops.expand_dims(targets, -1))
-        return (picked - (m + log_total)).squeeze(-1), (log_total - mean_shifted).squeeze(-1)
+        # picked - m first: two numbers of the logits' size whose difference is exact; then the small log_total
+        return (picked - m - log_total).squeeze(-1), (log_total - mean_shifted).squeeze(-1)
 
     def bprop(self, logits, targets, out, dout):
         d_logp = expand_in_bprop(ops.expand_dims(dout[0], -1), logits)
@@ -93,8 +94,8 @@ class LogProbsAndEntropy(nn.Cell):
     """log p(target) and entropy from logits that may be split over the vocabulary across tp ranks.
 
     At tp=1 this is the plain formula. Under tensor parallelism each rank holds logits[..., V/tp]; the
-    full softmax is never formed: a max (stop-gradient, gathered as padded all-reduce since AllReduce(MAX)
-    has no CPU kernel), the partition sum, the target logit and E_p[z] are each all-reduced with an
+    full softmax is never formed: a max m (stop-gradient, gathered as padded all-reduce since AllReduce(MAX)
+    has no CPU kernel), the partition sum, the target logit and E_p[z - m] are each all-reduced with an
     identity backward, which gives every shard exactly its own gradient.
     """
 
@@ -112,13 +113,15 @@ class LogProbsAndEntropy(nn.Cell):
             return self.single(logits, targets)
         local_v = logits.shape[-1]
         m = ops.stop_gradient(self.gather(logits.max(-1, keepdims=True)).max(-1, keepdims=True))
-        e = ops.exp(logits - expand(m, logits))
+        shifted = logits - expand(m, logits)
+        e = ops.exp(shifted)
         total = self.reduce(e.sum(-1))
-        lse = m.squeeze(-1) + ops.log(total)
+        log_total = ops.log(total)
         local = targets - self.tp.rank * local_v
         inside = ops.logical_and(local >= 0, local < local_v)
         local = ops.select(inside, local, ops.zeros_like(local))
         picked = ops.gather_elements(logits, -1, ops.expand_dims(local, -1)).squeeze(-1)
         picked = self.reduce(picked * inside.astype(picked.dtype))
-        mean_z = self.reduce((e * logits).sum(-1)) / total
-        return picked - lse, lse - mean_z
+        # the entropy from the shifted logits, as TokenStats takes it: lse - E_p[z] would lose a large logit's digits
+        mean_shifted = self.reduce((e * shifted).sum(-1)) / total
+        return picked - m.squeeze(-1) - log_total, log_total - mean_shifted
