@@ -42,8 +42,10 @@ def part_of(full_name: str) -> str:
 def read_profile(out_dir, top: int = 15) -> dict:
     """The profiler's CPU operator tables under ``out_dir`` (its FRAMEWORK directory), read once:
     ``types``: the rows of cpu_op_type_info; ``parts``: {graph part: ms} (:func:`part_of`); ``scopes``:
-    [(scope, ms, calls)] of the ``top`` costliest kernels by scope, every layer's counted as one
-    (``layers-CellList/N-DecoderLayer``) and MindSpore's op numbers dropped: which product or pass the time is in.
+    [(scope, ms, calls)] of the ``top`` costliest kernels by scope, every layer's counted as one (the layers
+    compute in one block per path, ``block-LayerBlock``, ``prefill_block-PrefillBlock``, ``decode_block-DecodeBlock``;
+    a numbered ``layers-CellList/<i>-DecoderLayer`` scope, as before them, is read as ``N-DecoderLayer``) and
+    MindSpore's op numbers dropped: which product or pass the time is in.
     Plain lists and dicts, so that a side run in its own process can hand them back as JSON."""
     type_csv = glob.glob(os.path.join(out_dir, "**", "cpu_op_type_info_*.csv"), recursive=True)
     detail_csv = glob.glob(os.path.join(out_dir, "**", "cpu_op_detail_info_*.csv"), recursive=True)

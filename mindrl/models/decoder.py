@@ -7,6 +7,10 @@ Three entry points share the same weights:
 Attention never broadcasts a BatchMatMul (unsupported on CPU): for grouped-query attention the
 R = num_heads / n_kv_heads query heads of one KV head are stacked along the sequence axis, so q is
 [B, KV, R*S, d] against k [B, KV, S, d]; K/V are never repeated.
+
+Weights and computation are apart: DecoderLayer cells hold each layer's weights under Hugging Face's names, and
+one parameterless block per path (LayerBlock, PrefillBlock, DecodeBlock) computes every layer of a graph with
+that layer's weights as its inputs, so a graph compiles one layer, not num_layers of them (see _LayerMath).
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindrl.models.broadcast import expand, expand_in_bprop, row_mean, row_sum
 from mindrl.models.config import ModelConfig
 from mindrl.parallel.comm import GatherLastAxis
-from mindrl.parallel.layers import SINGLE, ColumnLinear, RowLinear, TPContext, VocabEmbedding
+from mindrl.parallel.layers import SINGLE, ColumnLinear, Projection, RowLinear, TPContext, VocabEmbedding
 
 NEG_INF = -1e9  # finite, so a fully masked (padding) query row gives uniform weights, not NaN
 
@@ -115,8 +119,10 @@ def apply_rope(x, cos, sin, rot):
 # Blocks
 # ----------------------------------------------------------------------------------------------
 class RMSNorm(nn.Cell):
-    """RMSNorm. ``shared_over``: a TPContext when the norm runs on tensor-parallel *shards* (Qwen3's per-head
-    q/k norms see only local heads), so its replicated weight's gradient is summed over the tp ranks."""
+    """RMSNorm's weight, and the norm over the last axis (the final norm's; a layer's norms run in its block).
+    ``shared_over``: a TPContext when the norm runs on tensor-parallel *shards* (Qwen3's per-head q/k norms see only
+    local heads), so its replicated weight's gradient is summed over the tp ranks (in ``value()``: a copy region
+    of its own, as for LoRA factors in parallel/layers.py)."""
 
     def __init__(self, dim, eps, param_dtype="float32", shared_over: TPContext = SINGLE):
         super().__init__()
@@ -125,9 +131,11 @@ class RMSNorm(nn.Cell):
         self.weight_copy = shared_over.copy_region()
         self.norm = _RMSNormFunction(eps)
 
+    def value(self):
+        return self.weight if self.weight_copy is None else self.weight_copy(self.weight)
+
     def construct(self, x):
-        w = self.weight if self.weight_copy is None else self.weight_copy(self.weight)
-        return self.norm(x, w)
+        return self.norm(x, self.value())
 
 
 class _RMSNormFunction(nn.Cell):
@@ -181,12 +189,10 @@ class MaskedSoftmax(nn.Cell):
 
 
 class Attention(nn.Cell):
+    """One layer's attention weights (its computation is the layer blocks' below)."""
+
     def __init__(self, cfg: ModelConfig, tp: TPContext, cdt: str, pdt: str, seed: int):
         super().__init__()
-        self.head_dim = cfg.head_dim
-        self.n_heads = cfg.num_heads // tp.size          # local heads
-        self.n_kv = cfg.n_kv_heads // tp.size            # local KV heads
-        self.rep = cfg.num_heads // cfg.n_kv_heads       # query heads per KV head
         if cfg.n_kv_heads % tp.size:
             raise ValueError(f"n_kv_heads={cfg.n_kv_heads} not divisible by tensor parallel size {tp.size}")
         kw = dict(tp=tp, compute_dtype=cdt, param_dtype=pdt, std=cfg.initializer_range)
@@ -199,29 +205,96 @@ class Attention(nn.Cell):
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, pdt, shared_over=tp)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, pdt, shared_over=tp)
+
+    def weights(self):
+        if self.qk_norm:
+            norms = (self.q_norm.value(), self.k_norm.value())
+        else:
+            norms = (None, None)
+        return (self.q_proj.weights(), self.k_proj.weights(), self.v_proj.weights(), self.o_proj.weights()) + norms
+
+
+class MLP(nn.Cell):
+    """One layer's SwiGLU weights."""
+
+    def __init__(self, cfg: ModelConfig, tp: TPContext, cdt: str, pdt: str, seed: int):
+        super().__init__()
+        kw = dict(tp=tp, compute_dtype=cdt, param_dtype=pdt, std=cfg.initializer_range)
+        self.gate_proj = ColumnLinear(cfg.hidden_size, cfg.intermediate_size, False, seed=seed + 5, **kw)
+        self.up_proj = ColumnLinear(cfg.hidden_size, cfg.intermediate_size, False, seed=seed + 6, **kw)
+        self.down_proj = RowLinear(cfg.intermediate_size, cfg.hidden_size, False, seed=seed + 7, **kw)
+
+    def weights(self):
+        return self.gate_proj.weights(), self.up_proj.weights(), self.down_proj.weights()
+
+
+class DecoderLayer(nn.Cell):
+    """One layer's weights, under Hugging Face's names (``input_layernorm``, ``self_attn.q_proj``, ``mlp``...).
+
+    It computes nothing itself: a graph runs all its layers through one layer block (below), each layer's
+    ``weights()`` its inputs."""
+
+    def __init__(self, cfg: ModelConfig, tp: TPContext, cdt: str, pdt: str, seed: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
+        self.self_attn = Attention(cfg, tp, cdt, pdt, seed)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
+        self.mlp = MLP(cfg, tp, cdt, pdt, seed)
+
+    def weights(self):
+        """(input norm, attention (q, k, v, o, q norm, k norm), post-attention norm, MLP (gate, up, down)), each
+        projection as Projection takes it, None for what the model has not (biases, Qwen3's q/k norms, adapters)."""
+        return (self.input_layernorm.weight, self.self_attn.weights(), self.post_attention_layernorm.weight,
+                self.mlp.weights())
+
+
+class _LayerMath(nn.Cell):
+    """One decoder layer's computation, its weights given as inputs (DecoderLayer.weights()).
+
+    Why: MindSpore parses, infers and optimizes a Cell's graph once per Cell, so 30 layers each computing in a
+    Cell of their own cost 30 times one layer's compile, while one block called by all 30 with their weights as
+    inputs costs about half as much in all, and keeps less memory (``python bench/compile_layer_sharing.py``).
+    The block must be *called* (its ``construct``): a method of a shared Cell is compiled at each call site. So
+    each path has its block class: LayerBlock (full sequences, training and scoring), PrefillBlock, DecodeBlock.
+
+    Attention never broadcasts a BatchMatMul (unsupported on CPU): for grouped-query attention the R query heads
+    of one KV head are stacked along the sequence axis (see the module's docstring)."""
+
+    def __init__(self, cfg: ModelConfig, tp: TPContext, cdt: str):
+        super().__init__()
+        self.head_dim = cfg.head_dim
+        self.n_heads = cfg.num_heads // tp.size          # local heads
+        self.n_kv = cfg.n_kv_heads // tp.size            # local KV heads
+        self.rep = cfg.num_heads // cfg.n_kv_heads       # query heads per KV head
+        self.norm = _RMSNormFunction(cfg.rms_norm_eps)
+        self.qk_norm = cfg.qk_norm
+        self.column = Projection(cdt, tp)
+        self.row = Projection(cdt, tp, row=True)
+        # attention's and the MLP's input enter the tensor-parallel region (backward: summed)
+        self.attn_copy, self.mlp_copy = tp.copy_region(), tp.copy_region()
         self.bmm_t = ops.BatchMatMul(transpose_b=True)
         self.bmm = ops.BatchMatMul()
         self.softmax = MaskedSoftmax()
         self.rot = Tensor(rotation_matrix(cfg.head_dim))
-        self.copy = tp.copy_region()
 
-    def _project(self, x):
+
+    def _project(self, x, attn):
         """q [B,S,H,d], k/v [B,S,KV,d] (local heads under tensor parallelism), q and k normed (Qwen3), not rotated."""
-        if self.copy is not None:
-            x = self.copy(x)
+        if self.attn_copy is not None:
+            x = self.attn_copy(x)
         b, s, _ = x.shape
-        q = self.q_proj(x).reshape(b, s, self.n_heads, self.head_dim)
-        k = self.k_proj(x).reshape(b, s, self.n_kv, self.head_dim)
-        v = self.v_proj(x).reshape(b, s, self.n_kv, self.head_dim)
+        q = self.column(x, attn[0]).reshape(b, s, self.n_heads, self.head_dim)
+        k = self.column(x, attn[1]).reshape(b, s, self.n_kv, self.head_dim)
+        v = self.column(x, attn[2]).reshape(b, s, self.n_kv, self.head_dim)
         if self.qk_norm:
-            q = self.q_norm(q)
-            k = self.k_norm(k)
+            q = self.norm(q, attn[4])
+            k = self.norm(k, attn[5])
         return q, k, v
 
-    def _qkv(self, x, cos, sin):
+    def _qkv(self, x, cos, sin, attn):
         """Project and rotate. cos/sin: (for q, for k) pairs of rotary tables at q's and k's shapes, q's scaled by
         1/sqrt(d) (Backbone._rope_and_mask): q comes out with the attention scale applied."""
-        q, k, v = self._project(x)
+        q, k, v = self._project(x, attn)
         return apply_rope(q, cos[0], sin[0], self.rot), apply_rope(k, cos[1], sin[1], self.rot), v
 
     def _attend(self, q, k, v, mask):
@@ -243,20 +316,37 @@ class Attention(nn.Cell):
         out = out.reshape(b, self.n_kv, self.rep, s, d).transpose(0, 3, 1, 2, 4)
         return out.reshape(b, s, self.n_heads * d)
 
-    def construct(self, x, cos, sin, mask):
-        q, k, v = self._qkv(x, cos, sin)
-        k = k.transpose(0, 2, 1, 3)
-        v = v.transpose(0, 2, 1, 3)
-        return self.o_proj(self._attend(q, k, v, mask))
+    def _rest(self, x, attended, w):
+        """The attention's output projection and residual, then the MLP with its norm and residual."""
+        x = x + self.row(attended, w[1][3])
+        h = self.norm(x, w[2])
+        if self.mlp_copy is not None:
+            h = self.mlp_copy(h)
+        gate, up, down = w[3]
+        return x + self.row(ops.silu(self.column(h, gate)) * self.column(h, up), down)
 
-    def shared_prompt(self, x, cos, sin, mask_p, mask_r):
+
+class LayerBlock(_LayerMath):
+    """A layer over full sequences (training, scoring)."""
+
+    def construct(self, x, cos, sin, mask, w):
+        """``x`` [B, T, H]; for Backbone.shared_prompt_forward the tokens of all prompts and responses in one row,
+        with ``mask`` the pair (prompts' mask, responses' mask): only attention tells the parts apart."""
+        h = self.norm(x, w[0])
+        if isinstance(mask, tuple):
+            return self._rest(x, self._shared_prompt(h, cos, sin, mask[0], mask[1], w[1]), w)
+        q, k, v = self._qkv(h, cos, sin, w[1])
+        return self._rest(x, self._attend(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), mask), w)
+
+    def _shared_prompt(self, x, cos, sin, mask_p, mask_r, attn):
         """``x`` [1, K*P + K*G*R, H]: K prompts of P tokens, then their K*G responses of R tokens; ``mask_p``
         [K, KV, rep*P, P] and ``mask_r`` [K*G, KV, rep*R, P + R] (Backbone.shared_prompt_forward). The projections
-        run on all tokens at once; each prompt attends to itself, each response to its prompt's keys and its own."""
+        run on all tokens at once; each prompt attends to itself, each response to its prompt's keys and its own.
+        Returns the attention before its output projection."""
         k, p = mask_p.shape[0], mask_p.shape[-1]
         g, r = mask_r.shape[0] // k, mask_r.shape[-1] - p
         n, d = self.n_kv, self.head_dim
-        q, kx, vx = self._qkv(x, cos, sin)
+        q, kx, vx = self._qkv(x, cos, sin, attn)
         split = k * p
         kp = kx[:, :split].reshape(k, p, n, d).transpose(0, 2, 1, 3)   # [K, KV, P, d]
         vp = vx[:, :split].reshape(k, p, n, d).transpose(0, 2, 1, 3)
@@ -268,27 +358,33 @@ class Attention(nn.Cell):
 
         out_r = self._attend(q[:, split:].reshape(k * g, r, self.n_heads, d), with_prompt(kx, kp),
                              with_prompt(vx, vp), mask_r)
-        return self.o_proj(ops.concat((out_p.reshape(1, split, -1), out_r.reshape(1, k * g * r, -1)), 1))
+        return ops.concat((out_p.reshape(1, split, -1), out_r.reshape(1, k * g * r, -1)), 1)
 
-    def prefill(self, x, cos, sin, mask, k_cache, v_cache, rows):
-        """Full attention over the prompt, and write its K/V into cache rows `rows`, slots [0, S)."""
-        q, k, v = self._qkv(x, cos, sin)
+
+class PrefillBlock(_LayerMath):
+    """A layer over the prompts: full attention, and their K/V written into cache rows ``rows``, slots [0, S)."""
+
+    def construct(self, x, cos, sin, mask, k_cache, v_cache, rows, w):
+        q, k, v = self._qkv(self.norm(x, w[0]), cos, sin, w[1])
         k = k.transpose(0, 2, 1, 3)
         v = v.transpose(0, 2, 1, 3)
-        out = self.o_proj(self._attend(q, k, v, mask))
+        out = self._rest(x, self._attend(q, k, v, mask), w)
         pad = k_cache.shape[2] - k.shape[2]
         k_rows = ops.pad(k.astype(k_cache.dtype), (0, 0, 0, pad))
         v_rows = ops.pad(v.astype(v_cache.dtype), (0, 0, 0, pad))
         done = ops.depend(ops.scatter_nd_update(k_cache, rows, k_rows), ops.scatter_nd_update(v_cache, rows, v_rows))
         return ops.depend(out, done)
 
-    def decode(self, x, rope, mask, k_cache, v_cache, write_idx):
-        """One new token per row: write its K/V at (row, kv, pos), attend over the cache rows in use.
-        rope: (M_q, M_k) from rope_matrices(), this step's rotation (and q's scale) for every row.
-        (A flat cache written with ScatterUpdate was tried: its write is 4x cheaper than ScatterNdUpdate's, which
-        copies the buffer, but reading it back as [b, KV, L, d] costs a Reshape copy, and the step was no faster.)"""
+
+class DecodeBlock(_LayerMath):
+    """A layer over one new token per row: write its K/V at (row, kv, pos), attend over the cache rows in use.
+    rope: (M_q, M_k) from rope_matrices(), this step's rotation (and q's scale) for every row.
+    (A flat cache written with ScatterUpdate was tried: its write is 4x cheaper than ScatterNdUpdate's, which
+    copies the buffer, but reading it back as [b, KV, L, d] costs a Reshape copy, and the step was no faster.)"""
+
+    def construct(self, x, rope, mask, k_cache, v_cache, write_idx, w):
         b, d = x.shape[0], self.head_dim
-        q, k, v = self._project(x)                                          # q [b,1,H,d], k/v [b,1,KV,d]
+        q, k, v = self._project(self.norm(x, w[0]), w[1])                   # q [b,1,H,d], k/v [b,1,KV,d]
         q = self.bmm(q.reshape(b, self.n_heads, d), rope[0]).reshape(b, 1, self.n_heads, d)
         k = self.bmm(k.reshape(b, self.n_kv, d), rope[1])
         k_all = ops.depend(k_cache, ops.scatter_nd_update(k_cache, write_idx, k))
@@ -296,22 +392,7 @@ class Attention(nn.Cell):
         if k_all.shape[0] != b:
             k_all = k_all[:b]
             v_all = v_all[:b]
-        return self.o_proj(self._attend(q, k_all, v_all, mask))
-
-
-class MLP(nn.Cell):
-    def __init__(self, cfg: ModelConfig, tp: TPContext, cdt: str, pdt: str, seed: int):
-        super().__init__()
-        kw = dict(tp=tp, compute_dtype=cdt, param_dtype=pdt, std=cfg.initializer_range)
-        self.gate_proj = ColumnLinear(cfg.hidden_size, cfg.intermediate_size, False, seed=seed + 5, **kw)
-        self.up_proj = ColumnLinear(cfg.hidden_size, cfg.intermediate_size, False, seed=seed + 6, **kw)
-        self.down_proj = RowLinear(cfg.intermediate_size, cfg.hidden_size, False, seed=seed + 7, **kw)
-        self.copy = tp.copy_region()
-
-    def construct(self, x):
-        if self.copy is not None:
-            x = self.copy(x)
-        return self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self._rest(x, self._attend(q, k_all, v_all, mask), w)
 
 
 _RECOMPUTE = "recompute_"
@@ -329,9 +410,9 @@ def _recompute_marks(layer, on: bool) -> None:
 
 
 def recomputed_layers(cell) -> list:
-    """The decoder layers inside ``cell`` that recompute their forward in the backward (ModelConfig.recompute)."""
+    """The layer blocks inside ``cell`` that recompute their forward in the backward (ModelConfig.recompute)."""
     return [c for _, c in cell.cells_and_names()
-            if isinstance(c, DecoderLayer) and getattr(c, "_recompute_cell", None) is not None]
+            if isinstance(c, LayerBlock) and getattr(c, "_recompute_cell", None) is not None]
 
 
 @contextlib.contextmanager
@@ -370,31 +451,6 @@ class RecomputingCell(nn.Cell):
             return super().compile(*args, **kwargs)
 
 
-class DecoderLayer(nn.Cell):
-    def __init__(self, cfg: ModelConfig, tp: TPContext, cdt: str, pdt: str, seed: int):
-        super().__init__()
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
-        self.self_attn = Attention(cfg, tp, cdt, pdt, seed)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
-        self.mlp = MLP(cfg, tp, cdt, pdt, seed)
-
-    def construct(self, x, cos, sin, mask):
-        """``x`` [B, T, H]; for Backbone.shared_prompt_forward the tokens of all prompts and responses in one row,
-        with ``mask`` the pair (prompts' mask, responses' mask): only attention tells the parts apart."""
-        h = self.input_layernorm(x)
-        if isinstance(mask, tuple):
-            x = x + self.self_attn.shared_prompt(h, cos, sin, mask[0], mask[1])
-        else:
-            x = x + self.self_attn(h, cos, sin, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-    def prefill(self, x, cos, sin, mask, k_cache, v_cache, rows):
-        x = x + self.self_attn.prefill(self.input_layernorm(x), cos, sin, mask, k_cache, v_cache, rows)
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-    def decode(self, x, rope, mask, k_cache, v_cache, write_idx):
-        x = x + self.self_attn.decode(self.input_layernorm(x), rope, mask, k_cache, v_cache, write_idx)
-        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class Backbone(nn.Cell):
@@ -406,9 +462,17 @@ class Backbone(nn.Cell):
         self.config, self.tp, self.compute_dtype = cfg, tp, cdt
         self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, tp, pdt, cfg.initializer_range, seed)
         self.layers = nn.CellList([DecoderLayer(cfg, tp, cdt, pdt, seed + 100 * (i + 1)) for i in range(cfg.num_layers)])
-        for layer in list(self.layers)[:cfg.recompute_layers()]:
-            layer.recompute()  # MindFormers' recompute_config.recompute: MindSpore's own pass, per layer
-            _recompute_marks(layer, False)  # on only in the training graphs: see recomputing()
+        # the computation, one block per path for every layer (see _LayerMath)
+        self.block = LayerBlock(cfg, tp, cdt)
+        self.prefill_block = PrefillBlock(cfg, tp, cdt)
+        self.decode_block = DecodeBlock(cfg, tp, cdt)
+        # MindFormers' recompute_config.recompute: MindSpore's own pass, on the first layers' own block
+        self.n_recompute = min(cfg.recompute_layers(), cfg.num_layers)
+        self.recompute_block = None
+        if self.n_recompute:
+            self.recompute_block = LayerBlock(cfg, tp, cdt)
+            self.recompute_block.recompute()
+            _recompute_marks(self.recompute_block, False)  # on only in the training graphs: see recomputing()
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pdt)
         self.local_heads, self.local_kv_heads = cfg.num_heads // tp.size, cfg.n_kv_heads // tp.size
         # True: ``attention_mask`` holds each token's segment of a packed row (`mindrl sft` with data.packing);
@@ -478,11 +542,22 @@ class Backbone(nn.Cell):
 
     def construct(self, input_ids, attention_mask):
         """input_ids/attention_mask [B, T] (mask 1 = real token; padding may be on either side)."""
+        return self.norm(self.run_layers(*self.stem(input_ids, attention_mask)))
+
+    def stem(self, input_ids, attention_mask):
+        """What the first layer takes: (embeddings, cos, sin, additive mask). A graph is stem, every layer, norm;
+        trainer/layer_graphs.py runs the three apart."""
         cos, sin, add_mask = self._rope_and_mask(attention_mask)
-        h = self._embed(input_ids)
-        for layer in self.layers:
-            h = layer(h, cos, sin, add_mask)
-        return self.norm(h)
+        return self._embed(input_ids), cos, sin, add_mask
+
+    def run_layers(self, h, cos, sin, mask):
+        """Every decoder layer in turn, from the stem's outputs (``stem``, ``shared_prompt_stem``)."""
+        for i, layer in enumerate(self.layers):
+            if i < self.n_recompute:
+                h = self.recompute_block(h, cos, sin, mask, layer.weights())
+            else:
+                h = self.block(h, cos, sin, mask, layer.weights())
+        return h
 
     def shared_prompt_forward(self, input_ids, segments, group: int, response: int):
         """Packed groups of responses to one prompt each: rows [prompt (P) | response 1 | ... | response G (R each)]
@@ -491,6 +566,18 @@ class Backbone(nn.Cell):
         prompt's keys and its own, at the positions it has in the unpacked row [prompt | response], so every hidden
         state is that row's. Attention costs what it costs unpacked (scores [K*G, R, P + R], never the packed row's
         square), and every other layer runs on all K*P + K*G*R tokens at once."""
+        h = self.run_layers(*self.shared_prompt_stem(input_ids, segments, group, response))
+        return self.shared_prompt_tail(h, input_ids.shape[0], group, response)
+
+    def shared_prompt_tail(self, h, k: int, group: int, response: int):
+        """The last layer's output [1, K*P + K*G*R, H] -> normed (prompts [K, P, H], responses [K*G, R, H])."""
+        h = self.norm(h)
+        p = h.shape[1] // k - group * response
+        return h[:, :k * p].reshape(k, p, -1), h[:, k * p:].reshape(k * group, response, -1)
+
+    def shared_prompt_stem(self, input_ids, segments, group: int, response: int):
+        """shared_prompt_forward's first layer's inputs: (embeddings [1, K*P + K*G*R, H], cos, sin, (prompts' mask,
+        responses' mask))."""
         k, t = input_ids.shape
         p = t - group * response
         real = (segments > 0).astype(ms.int32)
@@ -505,10 +592,7 @@ class Backbone(nn.Cell):
         sees_prompt = ops.broadcast_to(pm.reshape(k, 1, 1, p), (k, group, response, p)).reshape(k * group, response, p)
         mask_r = self._scores_mask(ops.concat((sees_prompt, causal_r * rm.reshape(k * group, 1, response)), -1))
         h = self._embed(ops.concat((input_ids[:, :p].reshape(1, k * p), input_ids[:, p:].reshape(1, -1)), 1))
-        for layer in self.layers:
-            h = layer(h, cos, sin, (mask_p, mask_r))
-        h = self.norm(h)
-        return h[:, :k * p].reshape(k, p, -1), h[:, k * p:].reshape(k * group, response, -1)
+        return h, cos, sin, (mask_p, mask_r)
 
 
 class CausalLM(nn.Cell):
@@ -564,7 +648,7 @@ class CausalLM(nn.Cell):
         cos, sin, add_mask = bb._rope_and_mask(attention_mask)
         h = bb._embed(input_ids)
         for i, layer in enumerate(bb.layers):
-            h = layer.prefill(h, cos, sin, add_mask, k_caches[i], v_caches[i], rows)
+            h = bb.prefill_block(h, cos, sin, add_mask, k_caches[i], v_caches[i], rows, layer.weights())
         h = bb.norm(h[:, s - 1:s, :])
         return self.full_logits(h, head_t).squeeze(1)
 
@@ -588,5 +672,5 @@ class CausalLM(nn.Cell):
                                 ops.broadcast_to(pos.reshape(b, 1, 1), (b, kv.shape[1], 1))), -1)
         h = bb._embed(tokens.reshape(b, 1))
         for i, layer in enumerate(bb.layers):
-            h = layer.decode(h, rope, add_mask, k_caches[i], v_caches[i], write_idx)
+            h = bb.decode_block(h, rope, add_mask, k_caches[i], v_caches[i], write_idx, layer.weights())
         return self.full_logits(bb.norm(h), head_t).squeeze(1)

@@ -31,7 +31,11 @@ class ValueModel(nn.Cell):
         self.score = _Score(cfg.hidden_size, cfg.initializer_range, seed + 11)
 
     def construct(self, input_ids, attention_mask):
-        return self.score(self.model(input_ids, attention_mask)).squeeze(-1)
+        return self.head(self.model(input_ids, attention_mask))
+
+    def head(self, h):
+        """Normed hidden states [B, T, H] -> values [B, T]."""
+        return self.score(h).squeeze(-1)
 
 
 class RewardModel(ValueModel):

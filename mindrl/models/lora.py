@@ -12,7 +12,7 @@ trained there loads here:
 Tensor parallel follows Megatron's LoRA: a column-parallel projection (output split) keeps A whole and B split like
 its output; a row-parallel one (input split) splits A like its input and keeps B whole. The product A B is then
 split exactly like W, so merging (W + s A B) needs no communication, and the factor every rank holds whole gets its
-gradient summed over the tensor-parallel group (layers.py, ``_Linear._lora``).
+gradient summed over the tensor-parallel group (layers.py, ``_Linear.weights``).
 """
 from __future__ import annotations
 

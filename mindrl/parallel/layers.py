@@ -2,6 +2,8 @@
 
 With ``tp.size == 1`` these are plain layers and build no collective at all (a graph with a
 collective but no ``init()`` segfaults on CPU). With ``tp.size > 1``:
+- The layers hold weights; a parameterless :class:`Projection` computes with them (one instance can serve many
+  layers' weights).
 - ColumnLinear holds output features [rank*out/tp, (rank+1)*out/tp); its input enters
   through ``tp.copy_region()`` (placed once per block by the model), whose backward sums the ranks' gradients.
 - RowLinear holds input features [rank*in/tp, ...) and sums partial outputs with ``tp.reduce_region()``
@@ -73,8 +75,57 @@ def _param_dtype(name: str):
     return {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}[name]
 
 
+class Projection(nn.Cell):
+    """What a linear layer computes, its weights given as inputs: y = x @ W (+ s * x @ A @ B), summed over the
+    tensor-parallel group for a row-parallel layer, (+ b). It holds no weight, so one instance computes a projection
+    for every decoder layer of a graph (models/decoder.py's layer blocks) and MindSpore compiles it once.
+
+    ``weights``: (W [in, out], bias or None, LoRA A [in, r] or None, LoRA B [r, out] or None, LoRA scale), as
+    ``_Linear.weights()`` gives them. Computed in ``compute_dtype``; adapters are float32 whatever the base's dtype
+    (as PEFT keeps them) and cast like the base."""
+
+    def __init__(self, compute_dtype="float32", tp: TPContext = SINGLE, row: bool = False):
+        super().__init__()
+        self.cdt = _param_dtype(compute_dtype)
+        self.matmul = ops.MatMul()
+        self.reduce = tp.reduce_region() if row else None
+
+    def construct(self, x, weights):
+        w, bias, a, b, scale = weights
+        y = self.product(x.reshape(-1, x.shape[-1]), w, a, b, scale)
+        if self.reduce is not None:
+            y = self.reduce(y)
+        return self.add_bias(y, bias).reshape(x.shape[:-1] + (y.shape[-1],))
+
+    def product(self, x2, w, a, b, scale):
+        """x2 [N, in] -> x2 @ W (+ scale * x2 @ A @ B), [N, out], before any all-reduce and bias."""
+        if w.dtype != self.cdt:
+            w = ops.cast(w, self.cdt)
+        if x2.dtype != self.cdt:
+            x2 = ops.cast(x2, self.cdt)
+        y = self.matmul(x2, w)
+        if a is not None:
+            y = y + self._lora(x2, a, b, scale)
+        return y
+
+    def _lora(self, x2, a, b, scale):
+        if a.dtype != self.cdt:
+            a, b = ops.cast(a, self.cdt), ops.cast(b, self.cdt)
+        return self.matmul(self.matmul(x2, a), b) * scale
+
+    def add_bias(self, y, bias):
+        """On the 2-D product, broadcast explicitly when y is large (models/broadcast.py expand(): a product with
+        ones, whose gradient is one more product, a sum over rows; over [B, T] the sum was 7x slower on CPU, 0.76 vs
+        5.6 ms at 16 x 192 x 512); decode's few rows add it implicitly, one kernel fewer per projection."""
+        if bias is None:
+            return y
+        if bias.dtype != self.cdt:
+            bias = ops.cast(bias, self.cdt)
+        return y + expand(bias, y)
+
+
 class _Linear(nn.Cell):
-    """y = x @ W (+ b), computed in ``compute_dtype``.
+    """The weights of y = x @ W (+ b), computed in ``compute_dtype`` by a :class:`Projection`.
 
     W is stored [in, out], the transpose of Hugging Face's [out, in]: on CPU a MatMul with
     ``transpose_b`` ran 2.5-3x slower than a plain one at decode shapes (16x512 @ 512x1408: 1.39 vs
@@ -83,14 +134,12 @@ class _Linear(nn.Cell):
 
     transposed = True  # stored weight = HF weight transposed
 
-    def __init__(self, in_features, out_features, bias, compute_dtype, param_dtype, std, seed):
+    def __init__(self, in_features, out_features, bias, compute_dtype, param_dtype, std, seed, tp=SINGLE, row=False):
         super().__init__()
         pdt = _param_dtype(param_dtype)
         self.weight = Parameter(_init_normal((in_features, out_features), std, pdt, seed), name="weight")
         self.bias = Parameter(Tensor(np.zeros(out_features, np.float32), pdt), name="bias") if bias else None
-        self.cdt = _param_dtype(compute_dtype)
-        self.cast_needed = compute_dtype != param_dtype
-        self.matmul = ops.MatMul()
+        self.op = Projection(compute_dtype, tp, row)
         self.lora_A = self.lora_B = None  # low-rank adapter factors (models/lora.py attaches them)
         self.lora_scale = 0.0
         self.lora_copy = None
@@ -101,42 +150,33 @@ class _Linear(nn.Cell):
         gradient of the factor every tensor-parallel rank holds whole."""
         self.lora_A, self.lora_B, self.lora_scale, self.lora_copy = a, b, float(scale), copy
 
-    def _project(self, x):
-        """x [..., in] -> y [N, out] (the leading axes flattened; ``_shaped`` restores them)."""
-        x2 = x.reshape(-1, x.shape[-1])
-        w = self.weight
-        if self.cast_needed:
-            w = ops.cast(w, self.cdt)
-        if x2.dtype != self.cdt:
-            x2 = ops.cast(x2, self.cdt)
-        y = self.matmul(x2, w)
-        if self.lora_A is not None:
-            y = y + self._lora(x2)
-        return y
+    def weights(self):
+        """(W, bias, LoRA A, LoRA B, LoRA scale), None for what this projection has not: Projection's input.
 
-    def _lora(self, x2):
+        The factor every tensor-parallel rank holds whole passes this projection's own copy region here, not one
+        in a Projection shared by many layers: one CopyToTP applied to several weights gave some of them another's
+        values (tests/test_parallel.py)."""
+        if self.lora_A is None:
+            return self.weight, self.bias, None, None, self.lora_scale
         a, b = self.lora_A.weight, self.lora_B.weight
-        if a.dtype != self.cdt:  # adapters are float32 whatever the base's dtype (as PEFT keeps them)
-            a, b = ops.cast(a, self.cdt), ops.cast(b, self.cdt)
-        if self.lora_copy is not None:  # the factor held whole by every rank: its gradient is the ranks' sum
+        if self.lora_copy is not None:
             if self.lora_A.split is None:
                 a = self.lora_copy(a)
             else:
                 b = self.lora_copy(b)
-        return self.matmul(self.matmul(x2, a), b) * self.lora_scale
+        return self.weight, self.bias, a, b, self.lora_scale
+
+    def construct(self, x):
+        return self.op(x, self.weights())
+
+    def _project(self, x):
+        """x [..., in] -> x @ W (+ LoRA), [N, out] (the leading axes flattened; ``_shaped`` restores them)."""
+        w, _, a, b, scale = self.weights()
+        return self.op.product(x.reshape(-1, x.shape[-1]), w, a, b, scale)
 
     @staticmethod
     def _shaped(y, x):
         return y.reshape(x.shape[:-1] + (y.shape[-1],))
-
-    def _add_bias(self, y):
-        """On the 2-D product, broadcast explicitly when y is large (models/broadcast.py expand(): a product with
-        ones, whose gradient is one more product, a sum over rows; over [B, T] the sum was 7x slower on CPU, 0.76 vs
-        5.6 ms at 16 x 192 x 512); decode's few rows add it implicitly, one kernel fewer per projection."""
-        if self.bias is None:
-            return y
-        b = ops.cast(self.bias, self.cdt) if self.cast_needed else self.bias
-        return y + expand(b, y)
 
 
 class LoraFactor(nn.Cell):
@@ -159,11 +199,8 @@ class ColumnLinear(_Linear):
                  compute_dtype="float32", param_dtype="float32", std=0.02, seed=0):
         if out_features % tp.size:
             raise ValueError(f"out_features={out_features} not divisible by tensor parallel size {tp.size}")
-        super().__init__(in_features, out_features // tp.size, bias, compute_dtype, param_dtype, std, seed)
+        super().__init__(in_features, out_features // tp.size, bias, compute_dtype, param_dtype, std, seed, tp)
         self.tp = tp
-
-    def construct(self, x):
-        return self._shaped(self._add_bias(self._project(x)), x)
 
 
 class RowLinear(_Linear):
@@ -173,15 +210,9 @@ class RowLinear(_Linear):
                  compute_dtype="float32", param_dtype="float32", std=0.02, seed=0):
         if in_features % tp.size:
             raise ValueError(f"in_features={in_features} not divisible by tensor parallel size {tp.size}")
-        super().__init__(in_features // tp.size, out_features, bias, compute_dtype, param_dtype, std, seed)
+        super().__init__(in_features // tp.size, out_features, bias, compute_dtype, param_dtype, std, seed, tp,
+                         row=True)
         self.tp = tp
-        self.reduce = tp.reduce_region()
-
-    def construct(self, x):
-        y = self._project(x)
-        if self.reduce is not None:
-            y = self.reduce(y)
-        return self._shaped(self._add_bias(y), x)
 
 
 class VocabEmbedding(nn.Cell):
