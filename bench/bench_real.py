@@ -33,6 +33,7 @@ RSS, start-up (build and load) and first-step time, and for mindrl every graph c
     python bench/bench_real.py --only grpo --lora 16   # LoRA: mindrl full and LoRA against TRL + PEFT, one run
     python bench/bench_real.py --only grpo --profile  # mindrl's side only, its steady steps under MindSpore's profiler
     python bench/bench_real.py --recompute  # also mindrl recomputing every layer, as TRL's GRPO side checkpoints
+    python bench/bench_real.py --only grpo --layer-graphs  # also mindrl's update one layer per graph call
 
 With --lora R the policy trains rank-R adapters (alpha 2R) on every projection (`all-linear`): mindrl with
 actor_config.lora_rank, TRL with PEFT's LoraConfig handed to its trainer (its reference is then the base with the
@@ -42,6 +43,10 @@ With --recompute a third side, mindrl_recompute, trains with every decoder layer
 (actor_config's and critic_config's Megatron keys: recompute_granularity full, recompute_method uniform,
 recompute_num_layers 1): the like-for-like row against TRL's GRPO side, whose gradient checkpointing is on (TRL's PPO
 side does not checkpoint: PPOConfig keeps TrainingArguments' default, off).
+
+With --layer-graphs another side, mindrl_layers, runs the trained networks' updates one decoder layer per graph
+call (actor_config's and critic_config's layer_graphs, trainer/layer_graphs.py): each layer's forward is run again
+in its backward, as with recompute; compile time and memory are what that side trades for update time.
 
 Prints a table per algorithm and the ratios mindrl/TRL of median e2e_tps. TRL's PPOTrainer is in trl<=1.12.0 (the
 test extras pin it); see bench/bench_ppo.py for --trl-python.
@@ -182,10 +187,25 @@ def recompute_overrides(algo) -> dict:
                          ("recompute_num_layers", 1))}
 
 
+def layer_graphs_overrides(algo) -> dict:
+    """The trained networks' updates one decoder layer per graph call (actor_config's and critic_config's
+    layer_graphs)."""
+    return {f"{section}.layer_graphs": "true" for section in ("actor_config",) + (("critic_config",) if algo == "ppo"
+                                                                                 else ())}
+
+
+def side_overrides(side: str, algo: str):
+    """The config overrides of a mindrl side by its name's suffix."""
+    if side.endswith("_recompute"):
+        return recompute_overrides(algo)
+    if side.endswith("_layers"):
+        return layer_graphs_overrides(algo)
+    return None
+
+
 def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
-    """``extra``: more config overrides (bench_longtail.py's rollout settings, --recompute's)."""
+    """``extra``: more config overrides (bench_longtail.py's rollout settings, --recompute's, --layer-graphs')."""
     from mindrl.config import load_train_config
-    from mindrl.models.decoder import recomputed_layers
     from mindrl.trainer import RLTrainer
     counter = CompileCounter()
     over = mindrl_overrides(d, a, model_dir)
@@ -235,7 +255,7 @@ def run_mindrl(d, a, algo, model_dir, lora=False, extra=None):
     res = {"rows": rows, "startup_s": round(startup, 1), "peak_rss_gb": peak_rss_gb(),
            "compiles": counter.by_step(), "compile_events": counter.events,
            # decoder layers of the trained networks marked for recompute (MindSpore's Cell.recompute), by role
-           "recomputed": {r.spec.name: [len(recomputed_layers(r.net)), r.model_config.num_layers]
+           "recomputed": {r.spec.name: [r.net.model.n_recompute, r.model_config.num_layers]
                           for r in (t.policy, t.critic) if r is not None}}
     if profiler is not None:
         from profile_grpo import read_profile
@@ -390,12 +410,15 @@ def report(algo, results, a, params):
     later = {k: v for k, v in m["compiles"].items() if int(k) > 2}
     print(f"mindrl graph compiles by step (count, seconds): {m['compiles']}; after step 2: "
           f"{sum(v[0] for v in later.values())} compiles" + (f" {later}" if later else ""))
-    first = {}
-    for step, graph, secs in m.get("compile_events", []):
-        if step == 1:  # a class compiled twice (PPO's actor and critic updates) is named twice: "AccumulateGrad 2"
-            n = sum(1 for name in first if name.split(" ")[0] == graph)
-            first[f"{graph} {n + 1}" if n else graph] = round(secs, 1)
-    print(f"mindrl step 1 compiles by graph (seconds): {first}")
+    for side, r in results.items():
+        if not side.startswith("mindrl"):
+            continue
+        first = {}
+        for step, graph, secs in r.get("compile_events", []):
+            if step == 1:  # a class compiled twice (PPO's actor and critic updates) is named twice: "AccumulateGrad 2"
+                n = sum(1 for name in first if name.split(" ")[0] == graph)
+                first[f"{graph} {n + 1}" if n else graph] = round(secs, 1)
+        print(f"{side} step 1 compiles by graph (seconds): {first}")
     for side, r in results.items():
         if side.startswith("mindrl") and any(n for n, _ in r.get("recomputed", {}).values()):
             print(f"{side} recomputes in the backward: " + ", ".join(
@@ -407,7 +430,8 @@ def report(algo, results, a, params):
                   f"their times above are not the side's speed):")
             print_profile(r["profile"], r["profiled_steps"])
     for ours, peer in (("mindrl", "trl"), ("mindrl_recompute", "trl"), ("mindrl_recompute", "mindrl"),
-                       ("mindrl_lora", "trl_lora"), ("mindrl_lora", "mindrl")):
+                       ("mindrl_layers", "trl"), ("mindrl_layers", "mindrl"), ("mindrl_lora", "trl_lora"),
+                       ("mindrl_lora", "mindrl")):
         if ours in med and peer in med:
             print(f"ratio {ours}/{peer} {algo} e2e_tps: {med[ours] / med[peer]:.2f}x; peak RSS {ours}/{peer}: "
                   f"{results[ours]['peak_rss_gb'] / results[peer]['peak_rss_gb']:.2f}x")
@@ -435,6 +459,9 @@ def main():
                          "part, operator type and scope")
     ap.add_argument("--recompute", action="store_true",
                     help="also mindrl with every layer recomputed in the backward (mindrl_recompute)")
+    ap.add_argument("--layer-graphs", action="store_true",
+                    help="also mindrl with the trained networks' updates one decoder layer per graph call "
+                         "(mindrl_layers: actor_config's and critic_config's layer_graphs)")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -444,8 +471,7 @@ def main():
         algo, side = a.side.split("-")
         lora = side.endswith("_lora")
         if side.startswith("mindrl"):
-            res = run_mindrl(a.dir, a, algo, a.model, lora,
-                             recompute_overrides(algo) if side.endswith("_recompute") else None)
+            res = run_mindrl(a.dir, a, algo, a.model, lora, side_overrides(side, algo))
         else:
             res = (run_trl_grpo if algo == "grpo" else run_trl_ppo)(a.dir, a, a.model, lora)
         print("RESULT " + json.dumps(res), flush=True)
@@ -463,6 +489,8 @@ def main():
         sides = ["mindrl", "mindrl_lora"] + ([] if a.no_trl else ["trl_lora"])
     if a.recompute:
         sides.insert(1, "mindrl_recompute")
+    if a.layer_graphs:
+        sides.insert(1, "mindrl_layers")
     if "ppo" in algos and not a.no_trl:
         from bench_ppo import check_trl
         why = check_trl(sys.executable)

@@ -12,6 +12,7 @@ sets the peak, bench_real.py measures it against TRL's.
     python bench/memory_phases.py --only ppo    # PPO (reference, reward model, critic)
     python bench/memory_phases.py --quick       # a tiny random LLaMA: a smoke run
     python bench/memory_phases.py --recompute   # the trained networks recompute every layer (bench_real's side)
+    python bench/memory_phases.py --layer-graphs   # their updates one decoder layer per graph call (the same)
 
 Writes only to a temporary directory, removed at exit.
 """
@@ -84,7 +85,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a tiny random LLaMA and tokenizer, 1 step: a smoke run")
     ap.add_argument("--recompute", action="store_true", help="every layer of the trained networks recomputed in the "
                                                              "backward (bench_real.py's mindrl_recompute side)")
+    ap.add_argument("--layer-graphs", action="store_true", help="the trained networks' updates one decoder layer per "
+                                                                "graph call (bench_real.py's mindrl_layers side)")
     a = ap.parse_args()
+    if a.recompute and a.layer_graphs:
+        raise SystemExit("memory_phases: --recompute or --layer-graphs, not both (mindrl refuses the two together)")
     # bench_real.py's defaults: the same prompts, widths and batch
     a.new_tokens, a.grpo_prompts, a.ppo_prompts, a.micro_batch, a.threads = 24, 8, 16, 8, 2
     a.max_prompt, a.pad_to_multiple_of, a.lora = 64, 8, 0
@@ -101,12 +106,12 @@ def main():
         subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {here!r}); import bench_real; "
                         f"bench_real.make_rm({d!r}, {a.model!r})"], check=True)
     import mindspore  # noqa: F401  (MindSpore's own share is then in the first line)
-    print(f"{a.only} on {os.path.basename(a.model)}, {a.steps} steps{', recomputing every layer' if a.recompute else ''}"
-          f"; GiB", flush=True)
+    how = ", recomputing every layer" if a.recompute else ", updates one layer per graph call" if a.layer_graphs else ""
+    print(f"{a.only} on {os.path.basename(a.model)}, {a.steps} steps{how}; GiB", flush=True)
     show("before start-up (MindSpore imported)", memory(), memory())
     watch(a.runs)
-    res = bench_real.run_mindrl(d, a, a.only, a.model,
-                                extra=bench_real.recompute_overrides(a.only) if a.recompute else None)
+    res = bench_real.run_mindrl(d, a, a.only, a.model, extra=bench_real.side_overrides(
+        "mindrl_recompute" if a.recompute else "mindrl_layers" if a.layer_graphs else "mindrl", a.only))
     final = memory()
     print(f"end: rss {final[0]:.2f}, peak {final[1]:.2f} GiB; steps (s) {[round(r['time'], 1) for r in res['rows']]}")
 

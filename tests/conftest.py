@@ -103,6 +103,28 @@ def tiny_run_settings(d, log_dir, **over) -> dict:
     return settings
 
 
+def steps_and_weights(trainer, steps: int = 2):
+    """``steps`` RL steps of ``trainer``: (their metrics, the policy's weights after them by name)."""
+    metrics = [trainer.train_step() for _ in range(steps)]
+    return metrics, {n: p.asnumpy().copy() for n, p in trainer.policy.net.parameters_and_names()}
+
+
+def assert_same_steps(one, other) -> None:
+    """Two runs' ``steps_and_weights``: the same rollouts, the same actor metrics, and the same weights. The two
+    may sum in other orders, and Adam divides each gradient by its own running scale: an element whose gradient
+    is near zero can move differently on rounding alone (one of 2,048 by 2.1e-6 over 4 updates, shared prompts
+    against rows), so weights agree to 1e-5, a hundredth of one step of the tests' lr 1e-3."""
+    import numpy as np
+    import pytest
+    (m_a, w_a), (m_b, w_b) = one, other
+    for a, b in zip(m_a, m_b):
+        assert a["response_length/mean"] == b["response_length/mean"]  # the same rollouts
+        for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+            assert a[k] == pytest.approx(b[k], rel=2e-4, abs=1e-6), k
+    for n in w_b:
+        np.testing.assert_allclose(w_a[n], w_b[n], rtol=1e-4, atol=1e-5, err_msg=n)
+
+
 def as_overrides(settings: dict) -> list:
     return [f"{k}={v}" for k, v in settings.items()]
 

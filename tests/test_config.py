@@ -116,7 +116,7 @@ EXPECTED_DEFAULTS = {
         lr_warmup_fraction=None, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
         adam_eps=1e-8, clip_grad=1.0, tensor_model_parallel_size=1, compute_dtype=None, lora_rank=0,
         lora_alpha=16.0, lora_dropout=0.0, lora_target_modules=["all-linear"], recompute_granularity=None,
-        recompute_method=None, recompute_num_layers=None),
+        recompute_method=None, recompute_num_layers=None, layer_graphs=False),
     "ref": dict(ref_model_load_path=None, model=None),  # no KL term: no reference model
     "generate_config": dict(
         max_prompt_length=512, max_tokens=256, min_tokens=0, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
@@ -166,7 +166,7 @@ FULL = {
         weight_decay=0.01, adam_beta1=0.8, adam_beta2=0.95, adam_eps=1e-6, clip_grad=0.5,
         tensor_model_parallel_size=2, compute_dtype="bfloat16", lora_rank=0, lora_alpha=32.0, lora_dropout=0.0,
         lora_target_modules=["q_proj", "v_proj"], recompute_granularity="full", recompute_method="block",
-        recompute_num_layers=1),  # rank 0, given: LoRA's other keys kept for a later run
+        recompute_num_layers=1, layer_graphs=False),  # rank 0, given: LoRA's other keys kept for a later run
     "ref": dict(ref_model_load_path="w.safetensors", model="model_configs/tiny.yaml"),
     "generate_config": dict(
         max_prompt_length=256, max_tokens=128, min_tokens=4, do_sample=True, temperature=0.7, top_k=50,
@@ -195,7 +195,7 @@ FULL_PPO = merged({
         adam_beta1=0.8, adam_beta2=0.95, adam_eps=1e-6, clip_grad=0.5, tensor_model_parallel_size=2,
         micro_batch_size=2, loss_agg_mode="token-mean-per-micro-batch", compute_dtype="float32", lora_rank=8,
         lora_alpha=16.0, lora_dropout=0.0, lora_target_modules=["linear_proj", "linear_fc2"],
-        recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
+        recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1, layer_graphs=False),
     "reward_config": dict(load="hf", model="hf", tensor_model_parallel_size=2, micro_batch_size=8, weight=0.5,
                           normalize=True),
 })

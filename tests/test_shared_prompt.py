@@ -124,21 +124,12 @@ def test_grpo_steps_with_shared_prompts_match_unshared(workdir):
     """Two GRPO steps (two updates each, so old log-probs are recomputed; a KL term in the loss, so the reference
     scores; shuffle off so both see the same mini-batches): the same metrics and weights with and without shared
     prompts, in the update and in both log-prob passes."""
+    from conftest import assert_same_steps, steps_and_weights
     from mindrl.trainer import RLTrainer
     out = {}
     for share in ("true", "false"):
         t = RLTrainer(make_config(workdir, f"s{share}", **{"rl_config.share_prompt": share,
                                                            "rl_config.shuffle_minibatch": "false"}))
         assert t.run.plan.batch.shared_prompt == (share == "true")
-        metrics = [t.train_step() for _ in range(2)]
-        out[share] = metrics, {n: p.asnumpy().copy() for n, p in t.policy.net.parameters_and_names()}
-    (m_s, w_s), (m_u, w_u) = out["true"], out["false"]
-    for a, b in zip(m_s, m_u):
-        assert a["response_length/mean"] == b["response_length/mean"]  # the same rollouts
-        for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
-            assert a[k] == pytest.approx(b[k], rel=2e-4, abs=1e-6), k
-    # the two sum in other orders, and Adam divides each gradient by its own running scale: an element whose
-    # gradient is near zero can move differently on rounding alone (one of 2,048 by 2.1e-6 over the 4 updates);
-    # 1e-5 is a hundredth of one step of the run's lr 1e-3
-    for n in w_u:
-        np.testing.assert_allclose(w_s[n], w_u[n], rtol=1e-4, atol=1e-5, err_msg=n)
+        out[share] = steps_and_weights(t)
+    assert_same_steps(out["true"], out["false"])

@@ -153,6 +153,7 @@ class RoleSpec:
     rows_per_update: int = 0           # trained roles: responses per optimizer update (a mini-batch)
     shuffle: bool = True               # trained roles: rows shuffled into mini-batches before each pass
     lora: Optional[LoraSpec] = None    # trained roles: adapters on a frozen base (None: full fine-tuning)
+    layer_graphs: bool = False         # trained roles: forward and backward one decoder layer per graph call
 
     def text(self) -> str:
         dtype = f", {self.model.compute_dtype}" if self.model.compute_dtype else ""
@@ -160,6 +161,7 @@ class RoleSpec:
         where = f"{w.path} ({w.what})" if w.path is not None else w.what
         line = f"{self.name}: {self.model.path}{dtype}{self.model.recompute_text()}, from {where}"
         line += f"; {self.lora.text()}" if self.lora is not None else ""
+        line += "; the update one layer per graph" if self.layer_graphs else ""
         return line + (f"; {self.optim.text()}" if self.optim is not None else "")
 
 
@@ -211,7 +213,8 @@ def plan_roles(cfg, batch: BatchPlan, needs_critic: bool) -> Dict[str, RoleSpec]
         batch.train, batch.micro_batch, seed, OptimSpec.of(actor, steps),
         PolicyLossSpec(rl.clip_ratio_low, rl.clip_ratio_high, rl.clip_ratio_c, rl.loss_agg_mode, kl_in_loss,
                        rl.kl_penalty, rl.kl_coef, rl.entropy_coeff, rl.policy_loss, gen.max_tokens),
-        scoring_micro_batch=batch.logprob_micro_batch, lora=lora_spec(actor, seed), **updates)}
+        scoring_micro_batch=batch.logprob_micro_batch, lora=lora_spec(actor, seed),
+        layer_graphs=actor.layer_graphs, **updates)}
     if rl.kl_coef > 0 and actor.lora_rank:  # the policy's own base with its adapters off (roles/reference.py)
         roles["reference"] = RoleSpec("reference", "train", ModelSpec(actor.model, actor.compute_dtype),
                                       WeightsSpec(None, "policy", "the policy's frozen base (LoRA)"),
@@ -229,7 +232,8 @@ def plan_roles(cfg, batch: BatchPlan, needs_critic: bool) -> Dict[str, RoleSpec]
             "critic", "critic", ModelSpec(cc.model, cc.compute_dtype or actor.compute_dtype, cc.recompute_setting()),
             critic_weights(cfg),
             batch.critic, batch.critic_micro_batch, seed + 7, OptimSpec.of(cc, steps),
-            ValueLossSpec(rl.cliprange_value, cc.loss_agg_mode), lora=lora_spec(cc, seed + 7), **updates)
+            ValueLossSpec(rl.cliprange_value, cc.loss_agg_mode), lora=lora_spec(cc, seed + 7),
+            layer_graphs=cc.layer_graphs, **updates)
     if cfg.reward_config is not None:
         rm = cfg.reward_config
         roles["reward_model"] = RoleSpec("reward_model", "reward", ModelSpec(rm.model),

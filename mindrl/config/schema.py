@@ -201,7 +201,16 @@ class RecomputeConfig:
 
 
 @dataclass(kw_only=True)
-class ActorConfig(RecomputeConfig, LoraConfig, OptimizerConfig):
+class LayerGraphsConfig:
+    """A trained network's update one decoder layer per graph call (trainer/layer_graphs.py)."""
+    layer_graphs: bool = _opt(False, help="true: the update's forward and backward run one decoder layer per "
+                              "graph call (each layer's forward run again in its backward): a fraction of the "
+                              "compile time and of the memory, for more update time (docs/performance.md); "
+                              "one device per model, no LoRA, no recompute")
+
+
+@dataclass(kw_only=True)
+class ActorConfig(LayerGraphsConfig, RecomputeConfig, LoraConfig, OptimizerConfig):
     model: str = _opt(path=True, help="model yaml (name in model_configs/ or path) or HF dir")
     tokenizer_name_or_path: str = _opt(path=True, help="tokenizer directory or file")
     load: str | None = _opt(None, path=True, help="initial weights or checkpoint to resume")
@@ -220,7 +229,7 @@ class ActorConfig(RecomputeConfig, LoraConfig, OptimizerConfig):
 
 
 @dataclass(kw_only=True)
-class CriticConfig(RecomputeConfig, LoraConfig, OptimizerConfig):
+class CriticConfig(LayerGraphsConfig, RecomputeConfig, LoraConfig, OptimizerConfig):
     """PPO's value model: its own weights, layout, optimizer and schedule (MindSpeed-RL's section name)."""
     model: str | None = _opt(None, path=True, derived=True, help="critic architecture; null = that of load, else "
                              "of the reward model, else actor_config.model")

@@ -308,12 +308,27 @@ def _check_actor(r: "_Rules") -> None:
         r.inert("actor_config.keep_last", "nothing is saved (actor_config.save is not set)", "actor_config.save")
 
 
+def check_layer_graphs(sec, section: str, err) -> None:
+    """What ``<section>.layer_graphs`` cannot work with (trainer/layer_graphs.py)."""
+    if not sec.layer_graphs:
+        return
+    for key, value, why in (
+            ("tensor_model_parallel_size", sec.tensor_model_parallel_size > 1, "the layer graphs are built for one "
+             "device per model (1)"),
+            ("lora_rank", sec.lora_rank > 0, "the layer graphs train every weight (no adapters)"),
+            ("recompute_granularity", sec.recompute_granularity is not None, "the layer graphs already run each "
+             "layer's forward again in its backward")):
+        if value:
+            err.add(f"{section}.{key}", f"not with {section}.layer_graphs: {why}; remove one of them")
+
+
 def _check_lora(r: "_Rules") -> None:
     """Adapters: known projections, no dropout, and with a LoRA policy the reference is its frozen base."""
     for section in ("actor_config", "critic_config"):
         if getattr(r.cfg, section) is not None:
             check_lora(getattr(r.cfg, section), section, r.explicit, r.err)
             check_recompute(getattr(r.cfg, section), section, r.err)
+            check_layer_graphs(getattr(r.cfg, section), section, r.err)
     actor, ref = r.actor, r.cfg.ref
     if actor.lora_rank and r.rl.kl_coef > 0:
         same = actor.finetune and ref.ref_model_load_path in (None, actor.load)

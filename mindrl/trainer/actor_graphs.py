@@ -22,9 +22,18 @@ class ResponseLogProbs(nn.Cell):
         self.stats = LogProbsAndEntropy(lm.tp)
 
     def construct(self, input_ids, attention_mask, response_mask):
+        return self.tail(self.lm.model.run_layers(*self.stem(input_ids, attention_mask, response_mask)),
+                         input_ids, attention_mask, response_mask)
+
+    def stem(self, input_ids, attention_mask, response_mask):
+        """The first decoder layer's inputs (Backbone.stem)."""
+        return self.lm.model.stem(input_ids, attention_mask)
+
+    def tail(self, h, input_ids, attention_mask, response_mask):
+        """The last decoder layer's output -> log p and entropy of the response tokens."""
         r = response_mask.shape[1]
         p = input_ids.shape[1] - r
-        h = self.lm.model(input_ids, attention_mask)[:, p - 1:p - 1 + r]
+        h = self.lm.model.norm(h[:, p - 1:p - 1 + r])
         logits = self.lm.head(h)
         if self.inv_t != 1.0:
             logits = logits * self.inv_t
@@ -44,9 +53,18 @@ class SharedPromptLogProbs(nn.Cell):
         self.stats = LogProbsAndEntropy(lm.tp)
 
     def construct(self, input_ids, attention_mask, response_mask):
+        return self.tail(self.lm.model.run_layers(*self.stem(input_ids, attention_mask, response_mask)),
+                         input_ids, attention_mask, response_mask)
+
+    def stem(self, input_ids, attention_mask, response_mask):
+        """The first decoder layer's inputs (Backbone.shared_prompt_stem)."""
+        return self.lm.model.shared_prompt_stem(input_ids, attention_mask, self.group, response_mask.shape[-1])
+
+    def tail(self, h, input_ids, attention_mask, response_mask):
+        """The last decoder layer's output -> log p and entropy of the responses."""
         g, r = self.group, response_mask.shape[-1]
         k, p = input_ids.shape[0], input_ids.shape[1] - g * r
-        h_p, h_r = self.lm.model.shared_prompt_forward(input_ids, attention_mask, g, r)
+        h_p, h_r = self.lm.model.shared_prompt_tail(h, k, g, r)
         # response token t is predicted from the token before it: the prompt's last for t = 0, its own t - 1 after
         last = ops.broadcast_to(h_p[:, p - 1:p].reshape(k, 1, 1, -1), (k, g, 1, h_p.shape[-1]))
         h = last.reshape(k * g, 1, -1)
@@ -101,10 +119,25 @@ class ActorLossCell(nn.Cell):
         self.group = int(group)
         self.scorer = log_prob_scorer(lm, temperature, group)
         self.loss = actor_loss
+        # for trainer/layer_graphs.py: the layers it runs, and whether the head reads the embedding table
+        object.__setattr__(self, "backbone", lm.model)  # not registered again: lm is the scorer's
+        self.tied_embeddings = lm.tied
+        self.shared_prompts = bool(group)  # the stem's mask is then a pair (prompts', responses')
         self.entropy_in_loss = entropy_in_loss
 
     def construct(self, input_ids, attention_mask, loss_mask, old_log_probs, advantages, ref_log_probs, denom):
-        log_prob, entropy = self.scorer(input_ids, attention_mask, loss_mask)
+        h = self.backbone.run_layers(*self.stem(input_ids, attention_mask, loss_mask, old_log_probs,
+                                                       advantages, ref_log_probs, denom))
+        return self.tail(h, input_ids, attention_mask, loss_mask, old_log_probs, advantages, ref_log_probs, denom)
+
+    def stem(self, input_ids, attention_mask, loss_mask, old_log_probs, advantages, ref_log_probs, denom):
+        """The first decoder layer's inputs: (embeddings, cos, sin, mask). trainer/layer_graphs.py runs a
+        micro-batch as stem, each layer, tail, each its own graph."""
+        return self.scorer.stem(input_ids, attention_mask, loss_mask)
+
+    def tail(self, h, input_ids, attention_mask, loss_mask, old_log_probs, advantages, ref_log_probs, denom):
+        """The last decoder layer's output ``h`` -> the loss and its metrics."""
+        log_prob, entropy = self.scorer.tail(h, input_ids, attention_mask, loss_mask)
         if self.group:
             r = loss_mask.shape[-1]
             loss_mask, old_log_probs = loss_mask.reshape(-1, r), old_log_probs.reshape(-1, r)

@@ -15,12 +15,35 @@ class ResponseValues(nn.Cell):
         self.value_model = value_model
 
     def construct(self, input_ids, attention_mask, response_mask):
+        return self.tail(self.value_model.model.run_layers(*self.stem(input_ids, attention_mask, response_mask)),
+                         input_ids, attention_mask, response_mask)
+
+    def stem(self, input_ids, attention_mask, response_mask):
+        """The first decoder layer's inputs (Backbone.stem)."""
+        return self.value_model.model.stem(input_ids, attention_mask)
+
+    def tail(self, h, input_ids, attention_mask, response_mask):
+        """The last decoder layer's output -> the response positions' values."""
         r = response_mask.shape[1]
         p = input_ids.shape[1] - r
-        return self.value_model(input_ids, attention_mask)[:, p - 1:p - 1 + r]
+        return self.value_model.head(self.value_model.model.norm(h[:, p - 1:p - 1 + r]))
 
 
-class CriticLossCell(nn.Cell):
+class _LayerParts(nn.Cell):
+    """What trainer/layer_graphs.py needs of a critic loss cell: its backbone, its ``stem`` (the first layer's
+    inputs); no tied head, no shared prompts. The cell's ``construct`` is its ``tail`` over every layer from its
+    stem (written out in each cell: the updater matches inputs by construct's parameter names)."""
+
+    def _parts(self, value_model):
+        object.__setattr__(self, "backbone", value_model.model)  # not registered again: the values' cell has it
+        self.tied_embeddings = False
+        self.shared_prompts = False
+
+    def stem(self, input_ids, attention_mask, loss_mask, *rest):
+        return self.values.stem(input_ids, attention_mask, loss_mask)
+
+
+class CriticLossCell(_LayerParts):
     """(input_ids, attention_mask, loss_mask, old_values, returns, denominator) ->
     (loss, vf_loss, vf_clipfrac, vpred_mean): PPO's clipped value loss, aggregated by ``loss_agg_mode``
     (critic_config.loss_agg_mode; token-mean, verl's default)."""
@@ -32,15 +55,20 @@ class CriticLossCell(nn.Cell):
         self.values = ResponseValues(value_model)
         self.cliprange_value = float(cliprange_value)
         self.loss_agg_mode = loss_agg_mode
+        self._parts(value_model)
 
     def construct(self, input_ids, attention_mask, loss_mask, old_values, returns, denom):
-        vpred = self.values(input_ids, attention_mask, loss_mask)
+        inputs = (input_ids, attention_mask, loss_mask, old_values, returns, denom)
+        return self.tail(self.backbone.run_layers(*self.stem(*inputs)), *inputs)
+
+    def tail(self, h, input_ids, attention_mask, loss_mask, old_values, returns, denom):
+        vpred = self.values.tail(h, input_ids, attention_mask, loss_mask)
         vf_loss, vf_clipfrac = value_loss(vpred, old_values, returns, loss_mask, self.cliprange_value,
                                           self.loss_agg_mode, denom)
         return vf_loss, vf_loss, vf_clipfrac, ops.stop_gradient(masked_mean(vpred, loss_mask))
 
 
-class CriticValuesLossCell(nn.Cell):
+class CriticValuesLossCell(_LayerParts):
     """(input_ids, attention_mask, loss_mask, token_rewards, denominator) -> (loss, vf_loss, vf_clipfrac, vpred_mean,
     values): the critic's update when a step makes one optimizer update, with its forward as the step's value pass.
 
@@ -60,9 +88,14 @@ class CriticValuesLossCell(nn.Cell):
         self.loss_agg_mode = loss_agg_mode
         self.gamma = float(gamma)
         self.lam = float(lam)
+        self._parts(value_model)
 
     def construct(self, input_ids, attention_mask, loss_mask, token_rewards, denom):
-        vpred = self.values(input_ids, attention_mask, loss_mask)
+        inputs = (input_ids, attention_mask, loss_mask, token_rewards, denom)
+        return self.tail(self.backbone.run_layers(*self.stem(*inputs)), *inputs)
+
+    def tail(self, h, input_ids, attention_mask, loss_mask, token_rewards, denom):
+        vpred = self.values.tail(h, input_ids, attention_mask, loss_mask)
         old = ops.stop_gradient(vpred)
         _, returns = gae_returns(token_rewards, old, loss_mask, self.gamma, self.lam)
         vf_loss, vf_clipfrac = value_loss(vpred, old, ops.stop_gradient(returns), loss_mask, self.cliprange_value,

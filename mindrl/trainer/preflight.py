@@ -69,6 +69,14 @@ def recompute_fits(lines: List[str], section: str, sec, config) -> None:
         lines.append(f"{section}.recompute_num_layers: {why}")
 
 
+def layer_graphs_fit(lines: List[str], section: str, sec, config) -> None:
+    """``<section>.layer_graphs`` and a model yaml that recomputes layers (its recompute_config) exclude each other."""
+    if config is not None and sec.layer_graphs and config.recompute_layers():
+        lines.append(f"{section}.layer_graphs: the model {sec.model!r} recomputes layers (its yaml's recompute_config), "
+                     f"and the layer graphs already run each layer's forward again in its backward; turn one of them "
+                     f"off")
+
+
 def preflight(cfg, source: str = "<config>") -> None:
     """Raise ConfigError naming the key and file of everything found wrong. Runs once per config object (the
     CLI checks before it sets up anything, and the trainer, which the Python API builds directly, checks too)."""
@@ -86,6 +94,7 @@ def preflight(cfg, source: str = "<config>") -> None:
 
     policy = model("actor_config.model", cfg.actor_config.model)
     recompute_fits(lines, "actor_config", cfg.actor_config, policy)
+    layer_graphs_fit(lines, "actor_config", cfg.actor_config, policy)
     if policy is not None:
         _check_memory(lines, policy)
     rm, critic = cfg.reward_config, cfg.critic_config
@@ -108,6 +117,7 @@ def preflight(cfg, source: str = "<config>") -> None:
             lines.append(f"critic_config.model: vocab_size {critic_model.vocab_size} is not the policy's "
                          f"{policy.vocab_size}: the critic reads the policy's token ids")
         recompute_fits(lines, "critic_config", critic, critic_model)
+        layer_graphs_fit(lines, "critic_config", critic, critic_model)
         if critic_model is not None and critic.load is not None:
             _check_shapes(lines, "critic_config.load", critic.load, _head_model_tensors(critic_model), need_head=False,
                           role="critic")

@@ -236,14 +236,20 @@ class Updater:
     """
 
     def __init__(self, loss_cell, params, optim, grad_reduce=None, step_name: str = "global_step", tp_reduce=None,
-                 sharded=(), buffers: Optional[GradientBuffers] = None):
+                 sharded=(), buffers: Optional[GradientBuffers] = None, layer_graphs: bool = False):
         """``tp_reduce`` and ``sharded``: see GradNorm (None at tp=1). ``buffers``: the process's shared
-        accumulation buffers (None: buffers of its own)."""
+        accumulation buffers (None: buffers of its own). ``layer_graphs``: a micro-batch's forward and backward
+        one decoder layer per graph call (trainer/layer_graphs.py)."""
         params = list(params)
         self.loss_cell = loss_cell
         self.metrics: Tuple[Tuple[str, str], ...] = tuple(loss_cell.METRICS)
         self.row_outputs: Tuple[str, ...] = tuple(getattr(loss_cell, "ROW_OUTPUTS", ()))
-        self.accumulate = AccumulateGrad(loss_cell, params, None if buffers is None else buffers.take(params))
+        accum = None if buffers is None else buffers.take(params)
+        if layer_graphs:
+            from mindrl.trainer.layer_graphs import LayerGraphsAccumulateGrad  # it imports this module
+            self.accumulate = LayerGraphsAccumulateGrad(loss_cell, params, accum)
+        else:
+            self.accumulate = AccumulateGrad(loss_cell, params, accum)
         self.optimizer = AdamW(params, optim.adam_beta1, optim.adam_beta2, optim.adam_eps, optim.weight_decay,
                                step_name=step_name)
         self.norm_cell = GradNorm(self.accumulate.accum, grad_reduce, tp_reduce, sharded)

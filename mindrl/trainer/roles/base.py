@@ -208,7 +208,7 @@ class TrainedNetwork:
             if not any(sharded):
                 tp_reduce = sharded = None
         self.updater = Updater(loss_cell, params, self.spec.optim, grad_reduce, step_name, tp_reduce, sharded or (),
-                               buffers=self.run.grad_buffers)
+                               buffers=self.run.grad_buffers, layer_graphs=self.spec.layer_graphs)
 
     def lr_at(self, step: int) -> float:
         return self.spec.optim.lr_at(step)
