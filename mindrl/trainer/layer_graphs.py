@@ -19,12 +19,11 @@ measures the design. Loss cells that can run this way have ``stem`` and ``tail``
 """
 from __future__ import annotations
 
-import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from mindrl.trainer.inputs import dummy_inputs, loss_input_names, tensors
-from mindrl.trainer.updater import GradientBuffers, _add_into
+from mindrl.trainer.inputs import dummy_inputs, loss_input_names
+from mindrl.trainer.updater import GradientBuffers, _add_into, host_outputs, micro_batch_inputs
 
 
 def supported(loss_cell) -> str:
@@ -204,15 +203,10 @@ class LayerGraphsAccumulateGrad:
         self.embedding = None
         if table.name in buffer_of:
             self.embedding = _EmbeddingGrad(loss_cell, table, ms.ParameterTuple([buffer_of[table.name]]))
-        unplaced = [p.name for p, _ in rest if p.name != table.name and all(p.name != q.name for q, _ in tail)]
-        if unplaced:
-            raise ValueError(f"layer_graphs: no graph computes the gradient of {unplaced[0]}")
 
     def run(self, arrays, denom) -> list:
         """Forward + backward of one micro-batch (``arrays``: name -> rows); returns [loss, *metrics] as floats."""
-        inputs = tuple(tensors(self.inputs, arrays, self.what)) + (Tensor(np.float32(denom)),)
-        outs = self._run(inputs)
-        return [o.asnumpy() if o.ndim else float(o.asnumpy()) for o in outs]
+        return host_outputs(self._run(micro_batch_inputs(self.inputs, arrays, self.what, denom)))
 
     def _weights(self) -> list:
         """Each layer's weights as graph inputs: tensors that share the Parameters' memory. Made again when a
@@ -244,7 +238,7 @@ class LayerGraphsAccumulateGrad:
         """Compile every graph for ``rows`` rows of these widths, or for ``arrays``: the stem runs (embeddings
         and masks only), the others compile at the shapes it gives."""
         arrays = dummy_inputs(self.inputs, rows, sequence, response) if arrays is None else arrays
-        inputs = tuple(tensors(self.inputs, arrays)) + (Tensor(np.float32(1.0)),)
+        inputs = micro_batch_inputs(self.inputs, arrays, "inputs", 1.0)
         h, cos, sin, mask = self.stem(*inputs)
         context, weights = flat_context(cos, sin, mask), self._weights()[0]
         self.forward.compile(h, *weights, *context)

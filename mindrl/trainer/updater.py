@@ -118,6 +118,16 @@ class GradientBuffers:
         return ms.ParameterTuple(out)
 
 
+def micro_batch_inputs(names, arrays, what: str, denom) -> tuple:
+    """A loss cell's inputs for one micro-batch (``arrays``: input name -> rows), then its loss denominator."""
+    return tuple(tensors(names, arrays, what)) + (Tensor(np.float32(denom)),)
+
+
+def host_outputs(outs) -> list:
+    """A micro-step's outputs on the host: scalars as floats, row outputs as numpy arrays."""
+    return [o.asnumpy() if o.ndim else float(o.asnumpy()) for o in outs]
+
+
 class AccumulateGrad(RecomputingCell):
     """One micro-batch: forward, backward, add the gradients into ``accum``. ``inputs``: the loss cell's named
     inputs (trainer/inputs.py), which :meth:`run` and :meth:`compile_for` take as a mapping."""
@@ -139,13 +149,12 @@ class AccumulateGrad(RecomputingCell):
     def run(self, arrays, denom) -> list:
         """Forward + backward of one micro-batch (``arrays``: name -> rows); returns [loss, *metrics] as floats, then
         the loss cell's ``ROW_OUTPUTS`` (one row per input row) as numpy arrays."""
-        outs = self(*tensors(self.inputs, arrays, self.what), Tensor(np.float32(denom)))
-        return [o.asnumpy() if o.ndim else float(o.asnumpy()) for o in outs]
+        return host_outputs(self(*micro_batch_inputs(self.inputs, arrays, self.what, denom)))
 
     def compile_for(self, rows: int, sequence: int, response: int, arrays=None) -> None:
         """For ``rows`` rows of these widths, or for ``arrays`` (input name -> array) when the inputs have other shapes."""
         arrays = dummy_inputs(self.inputs, rows, sequence, response) if arrays is None else arrays
-        self.compile(*tensors(self.inputs, arrays), Tensor(np.float32(1.0)))
+        self.compile(*micro_batch_inputs(self.inputs, arrays, "inputs", 1.0))
 
 
 class GradNorm(nn.Cell):
