@@ -46,7 +46,9 @@ side does not checkpoint: PPOConfig keeps TrainingArguments' default, off).
 
 With --layer-graphs another side, mindrl_layers, runs the trained networks' updates one decoder layer per graph
 call (actor_config's and critic_config's layer_graphs, trainer/layer_graphs.py): each layer's forward is run again
-in its backward, as with recompute; compile time and memory are what that side trades for update time.
+in its backward, as with recompute; compile time and memory are what that side trades for update time. Its
+forward-only passes (the reference's log-probs, the reward model's scores: reward_config.layer_graphs) run one
+layer per graph call too.
 
 Prints a table per algorithm and the ratios mindrl/TRL of median e2e_tps. TRL's PPOTrainer is in trl<=1.12.0 (the
 test extras pin it); see bench/bench_ppo.py for --trl-python.
@@ -188,10 +190,10 @@ def recompute_overrides(algo) -> dict:
 
 
 def layer_graphs_overrides(algo) -> dict:
-    """The trained networks' updates one decoder layer per graph call (actor_config's and critic_config's
-    layer_graphs)."""
-    return {f"{section}.layer_graphs": "true" for section in ("actor_config",) + (("critic_config",) if algo == "ppo"
-                                                                                 else ())}
+    """Every network one decoder layer per graph call (actor_config's, critic_config's and reward_config's
+    layer_graphs): the trained networks' updates, and every forward-only pass."""
+    sections = ("actor_config", "critic_config", "reward_config") if algo == "ppo" else ("actor_config",)
+    return {f"{section}.layer_graphs": "true" for section in sections}
 
 
 def side_overrides(side: str, algo: str):
@@ -460,8 +462,8 @@ def main():
     ap.add_argument("--recompute", action="store_true",
                     help="also mindrl with every layer recomputed in the backward (mindrl_recompute)")
     ap.add_argument("--layer-graphs", action="store_true",
-                    help="also mindrl with the trained networks' updates one decoder layer per graph call "
-                         "(mindrl_layers: actor_config's and critic_config's layer_graphs)")
+                    help="also mindrl with every network one decoder layer per graph call (mindrl_layers: "
+                         "actor_config's, critic_config's and reward_config's layer_graphs)")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     a = ap.parse_args()

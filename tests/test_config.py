@@ -197,7 +197,7 @@ FULL_PPO = merged({
         lora_alpha=16.0, lora_dropout=0.0, lora_target_modules=["linear_proj", "linear_fc2"],
         recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1, layer_graphs=False),
     "reward_config": dict(load="hf", model="hf", tensor_model_parallel_size=2, micro_batch_size=8, weight=0.5,
-                          normalize=True),
+                          normalize=True, layer_graphs=False),
 })
 
 

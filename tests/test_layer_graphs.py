@@ -1,6 +1,7 @@
 """actor_config.layer_graphs: a micro-batch's forward and backward one decoder layer per graph call
-(trainer/layer_graphs.py) gives AccumulateGrad's loss, metrics and accumulated gradients; RL steps with it match
-steps without; the keys it cannot work with are refused before compute."""
+(trainer/layer_graphs.py) gives AccumulateGrad's loss, metrics and accumulated gradients; the forward-only passes
+run that way (log-probs, values, reward scores) give the whole graph's outputs; RL steps with them match steps
+without; the keys they cannot work with are refused before compute."""
 import os
 
 import numpy as np
@@ -67,13 +68,15 @@ def workdir(tmp_path_factory):
     return make_grpo_workdir(tmp_path_factory.mktemp("layer_graphs"))
 
 
-def _config(workdir, run, **over):
-    from conftest import tiny_run_config
-    return tiny_run_config(workdir, run, {
-        "rl_config.train_iters": 2, "rl_config.global_batch_size": 4, "rl_config.mini_batch_size": 2,
+BASE = {"rl_config.train_iters": 2, "rl_config.global_batch_size": 4, "rl_config.mini_batch_size": 2,
         "rl_config.micro_batch_size": 4, "rl_config.kl_coef": 0.05, "rl_config.use_kl_in_loss": "true",
         "rl_config.shuffle_minibatch": "false", "actor_config.model": os.path.join(ROOT, "examples", "tiny", "policy"),
-        "actor_config.load": os.path.join(ROOT, "examples", "tiny", "policy")}, over)
+        "actor_config.load": os.path.join(ROOT, "examples", "tiny", "policy")}
+
+
+def _config(workdir, run, **over):
+    from conftest import tiny_run_config
+    return tiny_run_config(workdir, run, BASE, over)
 
 
 def test_grpo_steps_with_layer_graphs_match_the_whole_graph(workdir):
@@ -84,9 +87,11 @@ def test_grpo_steps_with_layer_graphs_match_the_whole_graph(workdir):
     out = {}
     for layers in ("true", "false"):
         t = RLTrainer(_config(workdir, f"l{layers}", **{"actor_config.layer_graphs": layers}))
-        assert ("the update one layer per graph" in t.run.plan.roles["policy"].text()) == (layers == "true")
-        assert type(t.policy.updater.accumulate).__name__ == ("LayerGraphsAccumulateGrad" if layers == "true"
-                                                               else "AccumulateGrad")
+        on = layers == "true"
+        assert ("the update and scoring one layer per graph" in t.run.plan.roles["policy"].text()) == on
+        assert ("scoring one layer per graph" in t.run.plan.roles["reference"].text()) == on
+        assert type(t.policy.updater.accumulate).__name__ == ("LayerGraphsAccumulateGrad" if on else "AccumulateGrad")
+        assert (type(t.reference.scorer).__name__ == "LayerGraphsScorer") == on
         out[layers] = steps_and_weights(t)
     assert_same_steps(out["true"], out["false"])
 
@@ -166,3 +171,93 @@ def test_critic_layer_graphs_accumulate_the_whole_graphs_gradients(with_values):
     for name, g in grads_w.items():
         assert np.abs(g).max() > 0, name
         np.testing.assert_allclose(grads_l[name], g, rtol=1e-5, atol=1e-6 * np.abs(g).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("kind, model_type, group", [("log_probs", "llama", 0), ("log_probs", "qwen2", 2),
+                                                      ("values", "qwen3", 0), ("reward", "qwen2", 0)])
+def test_scoring_one_layer_per_graph_gives_the_whole_graphs_outputs(kind, model_type, group):
+    """The forward-only passes (the log-probs and entropies of ResponseLogProbs, and of SharedPromptLogProbs over
+    packed groups; ResponseValues; the reward model's scores) as LayerGraphsScorer: the outputs of the cell's one
+    graph, after compile() for the same shapes, with a weight set anew after the scorer was built."""
+    from mindspore import Tensor
+    from mindrl.models.config import ModelConfig
+    from mindrl.models.lm import build_network
+    from mindrl.runtime import setup_context
+    from mindrl.trainer.actor_graphs import log_prob_scorer
+    from mindrl.trainer.critic_graphs import ResponseValues
+    from mindrl.trainer.inputs import input_names, tensors
+    from mindrl.trainer.layer_graphs import LayerGraphsScorer
+    setup_context("graph")
+    cfg = ModelConfig(model_type=model_type, vocab_size=97, hidden_size=32, intermediate_size=48, num_layers=3,
+                      num_heads=4, n_kv_heads=2, max_position_embeddings=64, qkv_bias=model_type == "qwen2",
+                      qk_norm=model_type == "qwen3", tie_word_embeddings=model_type == "llama").validate()
+    net = build_network(cfg, {"log_probs": "causal_lm", "values": "value", "reward": "reward"}[kind], seed=5)
+    cell = {"log_probs": lambda: log_prob_scorer(net, 0.7, group), "values": lambda: ResponseValues(net),
+            "reward": lambda: net}[kind]()
+    scorer = LayerGraphsScorer(cell, net.model)
+    assert input_names(scorer) == input_names(cell)
+    weight = net.model.layers[2].self_attn.o_proj.weight
+    weight.set_data(Tensor(weight.asnumpy() * 2.0))
+    arrays = _arrays(np.random.default_rng(2), 4, 6, 5, 97, group)
+    arrays["response_mask"] = arrays["loss_mask"]
+    inputs = tensors(input_names(cell), {n: arrays[n] for n in input_names(cell)})
+    scorer.compile(*inputs)
+    got, want = scorer(*inputs), cell(*inputs)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert np.abs(b.asnumpy()).max() > 0
+        np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_ppo_steps_with_layer_graphs_everywhere_match_the_whole_graphs(workdir, tmp_path):
+    """Two PPO steps of two updates each (so the policy's old log-probs and the critic's values are passes of
+    their own), a reference, a critic and a reward model, with layer graphs on all of them and on none: the same
+    rollouts, rewards, critic and actor metrics, and weights."""
+    from conftest import as_overrides, assert_same_steps, steps_and_weights, tiny_run_settings
+    from mindrl.config import load_train_config
+    from mindrl.models.config import load_model_config
+    from mindrl.models.lm import build_network
+    from mindrl.models.weights import state_numpy
+    from mindrl.runtime import setup_context
+    from mindrl.trainer import RLTrainer
+    from mindrl.trainer.roles.base import export_hf
+    from mindrl.trainer.roles.critic import value_model_hf_config
+    setup_context("graph")
+    policy = os.path.join(ROOT, "examples", "tiny", "policy")
+    cfg = load_model_config(policy)
+    rm = tmp_path / "rm"
+    export_hf(state_numpy(build_network(cfg, "reward", seed=9)), cfg, str(rm), value_model_hf_config(cfg, 0),
+              os.path.join(ROOT, "examples", "tiny", "tokenizer"))
+    out = {}
+    for layers in ("true", "false"):
+        settings = tiny_run_settings(workdir, workdir / f"ppo{layers}" / "logs", **{
+            **BASE, "reward_config.load": str(rm), "reward_config.normalize": "false", "rl_config.critic_warmup": 0,
+            "rl_config.use_kl_in_reward": "false", "critic_config.load": policy, "actor_config.layer_graphs": layers,
+            "critic_config.layer_graphs": layers, "reward_config.layer_graphs": layers})
+        t = RLTrainer(load_train_config(os.path.join(ROOT, "examples", "ppo", "tiny_math_rm.yaml"),
+                                        as_overrides(settings)))
+        on = layers == "true"
+        assert not t.critic.values_in_update
+        for role in (t.policy.scorer, t.reference.scorer, t.critic.values_cell, t.reward_model.scorer):
+            assert (type(role).__name__ == "LayerGraphsScorer") == on
+        assert ("scoring one layer per graph" in t.run.plan.roles["reward_model"].text()) == on
+        metrics, weights = steps_and_weights(t)
+        weights.update({n: p.asnumpy().copy() for n, p in t.critic.net.parameters_and_names()})
+        out[layers] = metrics, weights
+    assert_same_steps(out["true"], out["false"])
+    for a, b in zip(out["true"][0], out["false"][0]):
+        for k in ("critic/vf_loss", "critic/values/mean", "critic/rewards/mean"):
+            assert a[k] == pytest.approx(b[k], rel=2e-4, abs=1e-6), k
+
+
+def test_reward_model_layer_graphs_with_tensor_parallelism_is_refused():
+    """reward_config.layer_graphs builds one device per model: with the reward model's tensor parallelism the
+    config is refused at load, naming the key."""
+    from mindrl.config import ConfigError, load_train_config
+    path = os.path.join(ROOT, "examples", "ppo", "tiny_math_rm.yaml")
+    with pytest.raises(ConfigError, match=r"reward_config\.tensor_model_parallel_size: not with "
+                                          r"reward_config\.layer_graphs"):
+        load_train_config(path, ["reward_config.layer_graphs=true", "reward_config.tensor_model_parallel_size=2"],
+                          check_paths=False)
+    assert load_train_config(path, ["reward_config.layer_graphs=true"], check_paths=False).reward_config.layer_graphs

@@ -153,7 +153,8 @@ class RoleSpec:
     rows_per_update: int = 0           # trained roles: responses per optimizer update (a mini-batch)
     shuffle: bool = True               # trained roles: rows shuffled into mini-batches before each pass
     lora: Optional[LoraSpec] = None    # trained roles: adapters on a frozen base (None: full fine-tuning)
-    layer_graphs: bool = False         # trained roles: forward and backward one decoder layer per graph call
+    layer_graphs: bool = False         # one decoder layer per graph call: the update's forward and backward, and
+                                       # every forward-only pass (trainer/layer_graphs.py)
 
     def text(self) -> str:
         dtype = f", {self.model.compute_dtype}" if self.model.compute_dtype else ""
@@ -161,7 +162,9 @@ class RoleSpec:
         where = f"{w.path} ({w.what})" if w.path is not None else w.what
         line = f"{self.name}: {self.model.path}{dtype}{self.model.recompute_text()}, from {where}"
         line += f"; {self.lora.text()}" if self.lora is not None else ""
-        line += "; the update one layer per graph" if self.layer_graphs else ""
+        if self.layer_graphs:
+            line += "; the update and scoring one layer per graph" if self.optim is not None else \
+                "; scoring one layer per graph"
         return line + (f"; {self.optim.text()}" if self.optim is not None else "")
 
 
@@ -225,7 +228,7 @@ def plan_roles(cfg, batch: BatchPlan, needs_critic: bool) -> Dict[str, RoleSpec]
             "reference", "train", ModelSpec(ref.model, actor.compute_dtype),
             WeightsSpec(ref.ref_model_load_path, "policy", "ref.ref_model_load_path") if ref.ref_model_load_path
             else WeightsSpec(None, "policy", "the policy's random initialisation"),
-            batch.train, batch.ref_micro_batch, seed)
+            batch.train, batch.ref_micro_batch, seed, layer_graphs=actor.layer_graphs)
     if needs_critic:
         cc = cfg.critic_config
         roles["critic"] = RoleSpec(
@@ -238,7 +241,7 @@ def plan_roles(cfg, batch: BatchPlan, needs_critic: bool) -> Dict[str, RoleSpec]
         rm = cfg.reward_config
         roles["reward_model"] = RoleSpec("reward_model", "reward", ModelSpec(rm.model),
                                          WeightsSpec(rm.load, "policy", "reward_config.load"), batch.reward,
-                                         batch.reward_micro_batch)
+                                         batch.reward_micro_batch, layer_graphs=rm.layer_graphs)
     return roles
 
 

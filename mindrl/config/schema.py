@@ -204,9 +204,11 @@ class RecomputeConfig:
 class LayerGraphsConfig:
     """A trained network's update one decoder layer per graph call (trainer/layer_graphs.py)."""
     layer_graphs: bool = _opt(False, help="true: the update's forward and backward run one decoder layer per "
-                              "graph call (each layer's forward run again in its backward): a fraction of the "
-                              "compile time and of the memory, for more update time (docs/performance.md); "
-                              "one device per model, no LoRA, no recompute")
+                              "graph call (each layer's forward run again in its backward), and so do the "
+                              "role's forward-only passes (the actor's: the policy's and the reference's "
+                              "log-probs; the critic's: its values): a fraction of the compile time and of the "
+                              "memory, for more update time (docs/performance.md); one device per model, no "
+                              "LoRA, no recompute")
 
 
 @dataclass(kw_only=True)
@@ -261,6 +263,9 @@ class RewardModelConfig:
                                         "null = rl_config.micro_batch_size")
     weight: float = _opt(1.0, help="coefficient of the reward model's score in the sequence score")
     normalize: bool = _opt(False, help="(score - mean) / std with the statistics `mindrl train-rm` stored")
+    layer_graphs: bool = _opt(False, help="true: the scoring pass runs one decoder layer per graph call (three "
+                              "small graphs instead of one: a fraction of the compile time; docs/performance.md); "
+                              "one device per model (tensor_model_parallel_size 1)")
 
 
 @dataclass(kw_only=True)

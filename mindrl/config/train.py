@@ -309,15 +309,16 @@ def _check_actor(r: "_Rules") -> None:
 
 
 def check_layer_graphs(sec, section: str, err) -> None:
-    """What ``<section>.layer_graphs`` cannot work with (trainer/layer_graphs.py)."""
+    """What ``<section>.layer_graphs`` cannot work with (trainer/layer_graphs.py); the reward model's section has
+    no adapters or recompute."""
     if not sec.layer_graphs:
         return
     for key, value, why in (
             ("tensor_model_parallel_size", sec.tensor_model_parallel_size > 1, "the layer graphs are built for one "
              "device per model (1)"),
-            ("lora_rank", sec.lora_rank > 0, "the layer graphs train every weight (no adapters)"),
-            ("recompute_granularity", sec.recompute_granularity is not None, "the layer graphs already run each "
-             "layer's forward again in its backward")):
+            ("lora_rank", getattr(sec, "lora_rank", 0) > 0, "the layer graphs train every weight (no adapters)"),
+            ("recompute_granularity", getattr(sec, "recompute_granularity", None) is not None, "the layer graphs "
+             "already run each layer's forward again in its backward")):
         if value:
             err.add(f"{section}.{key}", f"not with {section}.layer_graphs: {why}; remove one of them")
 
@@ -329,6 +330,8 @@ def _check_lora(r: "_Rules") -> None:
             check_lora(getattr(r.cfg, section), section, r.explicit, r.err)
             check_recompute(getattr(r.cfg, section), section, r.err)
             check_layer_graphs(getattr(r.cfg, section), section, r.err)
+    if r.cfg.reward_config is not None:
+        check_layer_graphs(r.cfg.reward_config, "reward_config", r.err)
     actor, ref = r.actor, r.cfg.ref
     if actor.lora_rank and r.rl.kl_coef > 0:
         same = actor.finetune and ref.ref_model_load_path in (None, actor.load)

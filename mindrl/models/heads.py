@@ -42,7 +42,15 @@ class RewardModel(ValueModel):
     """One scalar per sequence: the score at its last real token (padding on either side)."""
 
     def construct(self, input_ids, attention_mask):
-        values = self.score(self.model(input_ids, attention_mask)).squeeze(-1)
+        return self.tail(self.model.run_layers(*self.stem(input_ids, attention_mask)), input_ids, attention_mask)
+
+    def stem(self, input_ids, attention_mask):
+        """The first decoder layer's inputs (Backbone.stem); trainer/layer_graphs.py runs stem, layers, tail apart."""
+        return self.model.stem(input_ids, attention_mask)
+
+    def tail(self, h, input_ids, attention_mask):
+        """The last decoder layer's output -> the score at each row's last real token."""
+        values = self.head(self.model.norm(h))
         t = input_ids.shape[1]
         slots = ops.arange(t).astype(ms.int32).reshape(1, t)
         last = ops.max(slots * attention_mask.astype(ms.int32), 1)[0]  # index of the last real token

@@ -16,6 +16,10 @@ micro-batch runs through five small graphs instead, each compiled once whatever 
 
 The gradients equal AccumulateGrad's (tests/test_layer_graphs.py); ``python bench/compile_layer_sharing.py``
 measures the design. Loss cells that can run this way have ``stem`` and ``tail`` methods (ActorLossCell).
+
+The same key makes the role's forward-only passes (the log-probs of the policy and the reference, the critic's
+values, the reward model's scores) run as three graphs, stem, one layer and tail (:class:`LayerGraphsScorer`):
+each whole-model forward graph took about 4.4 s to compile for SmolLM2-135M, its three parts about 1.8 s.
 """
 from __future__ import annotations
 
@@ -26,14 +30,15 @@ from mindrl.trainer.inputs import dummy_inputs, loss_input_names
 from mindrl.trainer.updater import GradientBuffers, _add_into, host_outputs, micro_batch_inputs
 
 
-def supported(loss_cell) -> str:
-    """Why ``loss_cell`` cannot run layer by layer, or '' when it can."""
-    if not (hasattr(loss_cell, "stem") and hasattr(loss_cell, "tail")):
-        return f"{type(loss_cell).__name__} has no stem and tail (the actor's and the critic's losses have them)"
-    bb = loss_cell.backbone
+def supported(cell, backbone=None, backward: bool = True) -> str:
+    """Why ``cell`` (a loss cell; with ``backward`` false a scoring cell of ``backbone``) cannot run layer by
+    layer, or '' when it can."""
+    if not (hasattr(cell, "stem") and hasattr(cell, "tail")):
+        return f"{type(cell).__name__} has no stem and tail (the actor's and the critic's cells have them)"
+    bb = cell.backbone if backbone is None else backbone
     if bb.tp.size > 1:
         return "tensor parallelism (the layer graphs are built for one device per model)"
-    if bb.n_recompute:
+    if backward and bb.n_recompute:
         return "recompute (the layer graphs already run each layer's forward again in its backward)"
     if any(getattr(c, "lora_A", None) is not None for _, c in bb.cells_and_names()):
         return "LoRA adapters"
@@ -80,12 +85,12 @@ def _spec(weights):
 
 
 class _Stem(nn.Cell):
-    def __init__(self, loss_cell):
+    def __init__(self, cell):
         super().__init__(auto_prefix=False)
-        self.loss = loss_cell
+        self.cell = cell
 
     def construct(self, *inputs):
-        return self.loss.stem(*inputs)
+        return self.cell.stem(*inputs)
 
 
 def flat_context(cos, sin, mask) -> tuple:
@@ -122,12 +127,12 @@ class _LayerBackward(nn.Cell):
 
 
 class _Tail(nn.Cell):
-    def __init__(self, loss_cell):
+    def __init__(self, cell):
         super().__init__(auto_prefix=False)
-        self.loss = loss_cell
+        self.cell = cell
 
     def construct(self, h, *inputs):
-        return self.loss.tail(h, *inputs)
+        return self.cell.tail(h, *inputs)
 
 
 class _TailGrad(nn.Cell):
@@ -169,6 +174,63 @@ class _EmbeddingGrad(nn.Cell):
         return ops.depend(dh.sum(), self.hyper_map(_add_into, self.accum, grads))
 
 
+class LayerWeights:
+    """Each decoder layer's weights as graph inputs: tensors that share the Parameters' memory (``views``), and the
+    constants _LayerForward rebuilds DecoderLayer.weights()'s structure from (``spec``, ``count``)."""
+
+    def __init__(self, backbone):
+        self.params, spec = [], None
+        for layer in backbone.layers:
+            flat, spec = _spec(layer.weights())
+            self.params.append(flat)
+        self.spec, self.count = spec, len(self.params[0])
+        self._views = []
+
+    def views(self) -> list:
+        """Made again when a Parameter's memory moved (its set_data, as a checkpoint load does); new ones for every
+        micro-batch cost 10% more time (0.2 s a micro-batch at SmolLM2-135M's shapes)."""
+        if len(self._views) != len(self.params) or any(
+                v.data_ptr() != p.data_ptr() for views, flat in zip(self._views, self.params)
+                for v, p in zip(views, flat)):
+            self._views = [tuple(Tensor(p) for p in flat) for flat in self.params]
+        return self._views
+
+
+class LayerGraphsScorer:
+    """A forward-only cell with ``stem`` and ``tail`` (ResponseLogProbs, SharedPromptLogProbs, ResponseValues,
+    RewardModel) run as three graphs: the stem, one decoder layer called for each layer, the tail. It is called and
+    compiled as the cell is, with the same inputs (its ``construct`` is the cell's, for their names); the outputs
+    are the cell's (tests/test_layer_graphs.py)."""
+
+    def __init__(self, cell, backbone):
+        why = supported(cell, backbone, backward=False)
+        if why:
+            raise ValueError(f"layer_graphs: not with {why}")
+        self.cell, self.construct = cell, cell.construct
+        self.weights = LayerWeights(backbone)
+        self.stem, self.tail = _Stem(cell), _Tail(cell)
+        self.forward = _LayerForward(backbone.block, self.weights.spec, self.weights.count,
+                                     bool(getattr(cell, "group", 0)))  # packed groups: the mask is a pair
+
+    def __call__(self, *inputs):
+        h, cos, sin, mask = self.stem(*inputs)
+        context = flat_context(cos, sin, mask)
+        for weights in self.weights.views():
+            h = self.forward(h, *weights, *context)
+        return self.tail(h, *inputs)
+
+    def compile(self, *inputs) -> None:
+        """Compile the three graphs for these inputs (the stem runs, the others compile at the shapes it gives)."""
+        h, cos, sin, mask = self.stem(*inputs)
+        self.forward.compile(h, *self.weights.views()[0], *flat_context(cos, sin, mask))
+        self.tail.compile(h, *inputs)
+
+
+def scoring_cell(cell, backbone, layer_graphs: bool):
+    """``cell`` itself, or with ``layer_graphs`` the same pass one decoder layer per graph (LayerGraphsScorer)."""
+    return LayerGraphsScorer(cell, backbone) if layer_graphs else cell
+
+
 class LayerGraphsAccumulateGrad:
     """AccumulateGrad's interface (``inputs``, ``params``, ``accum``, ``run``, ``compile_for``), computed layer by
     layer (see the module's docstring)."""
@@ -182,22 +244,20 @@ class LayerGraphsAccumulateGrad:
         self.accum = GradientBuffers().take(self.params) if accum is None else accum
         bb = loss_cell.backbone
         buffer_of = {p.name: b for p, b in zip(self.params, self.accum)}
-        self.layers = []  # per layer: (its weights, their buffers)
-        self._views = []  # per layer: its weights as tensors (_weights)
-        spec = None
+        self.weights = LayerWeights(bb)
+        self.buffers = []  # per layer: its weights' gradient buffers
         in_layers = set()
-        for layer in bb.layers:
-            flat, spec = _spec(layer.weights())
+        for flat in self.weights.params:
             missing = [p.name for p in flat if p.name not in buffer_of]
             if missing:
                 raise ValueError(f"layer_graphs: {missing[0]} is not trained (frozen layers run as one graph)")
-            self.layers.append((flat, [buffer_of[p.name] for p in flat]))
+            self.buffers.append([buffer_of[p.name] for p in flat])
             in_layers.update(p.name for p in flat)
         table = bb.embed_tokens.weight
         rest = [(p, b) for p, b in zip(self.params, self.accum) if p.name not in in_layers]
         tail = [(p, b) for p, b in rest if p.name != table.name or loss_cell.tied_embeddings]
         self.stem = _Stem(loss_cell)
-        self.forward = _LayerForward(bb.block, spec, len(self.layers[0][0]), loss_cell.shared_prompts)
+        self.forward = _LayerForward(bb.block, self.weights.spec, self.weights.count, loss_cell.shared_prompts)
         self.backward = _LayerBackward(self.forward)
         self.tail = _TailGrad(loss_cell, [p for p, _ in tail], ms.ParameterTuple([b for _, b in tail]))
         self.embedding = None
@@ -208,25 +268,15 @@ class LayerGraphsAccumulateGrad:
         """Forward + backward of one micro-batch (``arrays``: name -> rows); returns [loss, *metrics] as floats."""
         return host_outputs(self._run(micro_batch_inputs(self.inputs, arrays, self.what, denom)))
 
-    def _weights(self) -> list:
-        """Each layer's weights as graph inputs: tensors that share the Parameters' memory. Made again when a
-        Parameter's memory moved (its set_data, as a checkpoint load does); new ones for every micro-batch cost
-        10% more time (0.2 s a micro-batch at SmolLM2-135M's shapes)."""
-        if len(self._views) != len(self.layers) or any(
-                v.data_ptr() != p.data_ptr() for views, (flat, _) in zip(self._views, self.layers)
-                for v, p in zip(views, flat)):
-            self._views = [tuple(Tensor(p) for p in flat) for flat, _ in self.layers]
-        return self._views
-
     def _run(self, inputs):
         h, cos, sin, mask = self.stem(*inputs)
-        context, layer_weights = flat_context(cos, sin, mask), self._weights()
+        context, layer_weights = flat_context(cos, sin, mask), self.weights.views()
         kept = []
         for weights in layer_weights:
             kept.append(h)
             h = self.forward(h, *weights, *context)
         outs, dh = self.tail(h, *inputs)
-        for weights, (_, buffers), h in zip(reversed(layer_weights), reversed(self.layers), reversed(kept)):
+        for weights, buffers, h in zip(reversed(layer_weights), reversed(self.buffers), reversed(kept)):
             dh, grads = self.backward(h, *weights, *context, dh)
             for buf, g in zip(buffers, grads):
                 ops.assign_add(buf, g)
@@ -240,7 +290,7 @@ class LayerGraphsAccumulateGrad:
         arrays = dummy_inputs(self.inputs, rows, sequence, response) if arrays is None else arrays
         inputs = micro_batch_inputs(self.inputs, arrays, "inputs", 1.0)
         h, cos, sin, mask = self.stem(*inputs)
-        context, weights = flat_context(cos, sin, mask), self._weights()[0]
+        context, weights = flat_context(cos, sin, mask), self.weights.views()[0]
         self.forward.compile(h, *weights, *context)
         self.tail.compile(h, *inputs)
         self.backward.compile(h, *weights, *context, h)

@@ -14,6 +14,7 @@ import mindspore as ms
 from mindrl.models.weights import TensorSource, load_into, weights_path
 from mindrl.parallel.topology import shard_rows
 from mindrl.trainer.critic_graphs import CriticLossCell, CriticValuesLossCell
+from mindrl.trainer.layer_graphs import scoring_cell
 from mindrl.trainer.roles.base import (Stage, TrainedNetwork, base_weights, build_net, compile_scorer,
                                        score_in_shares)
 
@@ -46,7 +47,7 @@ class Critic(TrainedNetwork):
                                                   options.get("gamma", 1.0), options.get("lam", 0.95))
         else:
             self.loss_cell = CriticLossCell(self.net, spec.loss.cliprange_value, spec.loss.loss_agg_mode)
-        self.values_cell = self.loss_cell.values
+        self.values_cell = scoring_cell(self.loss_cell.values, self.net.model, spec.layer_graphs)
         self._train_with(self.loss_cell, step_name=f"{self.rename}.global_step")
 
     def values(self, exp) -> np.ndarray:

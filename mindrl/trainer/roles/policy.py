@@ -14,6 +14,7 @@ from mindrl.algorithms.losses import ActorLoss
 from mindrl.parallel.reshard import Resharder
 from mindrl.rollout.generator import Generator
 from mindrl.trainer.actor_graphs import ActorLossCell, log_prob_scorer, pack_arrays
+from mindrl.trainer.layer_graphs import scoring_cell
 from mindrl.trainer.roles.base import Stage, TrainedNetwork, build_net, compile_scorer, score_in_shares
 
 log = logging.getLogger("mindrl.train")
@@ -49,8 +50,9 @@ class Policy(TrainedNetwork):
         self.loss_cell = ActorLossCell(self.net, ActorLoss(**dataclasses.asdict(loss)), ro.temperature,
                                        loss.entropy_coeff > 0, self.group)
         self.scoring_group = plan.batch.shared_group(spec.scoring_micro_batch)
-        self.scorer = self.loss_cell.scorer if self.scoring_group == self.group else \
-            log_prob_scorer(self.net, ro.temperature, self.scoring_group)
+        self.scorer = scoring_cell(self.loss_cell.scorer if self.scoring_group == self.group else
+                                   log_prob_scorer(self.net, ro.temperature, self.scoring_group),
+                                   self.net.model, spec.layer_graphs)
         self._train_with(self.loss_cell)
         self.ptx = ptx(run, self.net, self.net.trainable_params(), self.updater.accumulate.accum) if ptx else None
 

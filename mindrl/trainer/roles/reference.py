@@ -9,6 +9,7 @@ import numpy as np
 
 from mindrl.parallel.reshard import rename_parameters
 from mindrl.trainer.actor_graphs import log_prob_scorer
+from mindrl.trainer.layer_graphs import scoring_cell
 from mindrl.trainer.roles.base import Stage, build_net, compile_scorer, load_weights, score_in_shares
 
 log = logging.getLogger("mindrl.train")
@@ -33,7 +34,8 @@ class Reference:
             rename_parameters(self.net, "ref")  # after loading: files name the parameters without the prefix
         self.net.set_train(False)
         self.group = run.plan.batch.shared_group(spec.micro_batch)  # > 0: each prompt once per group (pack_arrays)
-        self.scorer = log_prob_scorer(self.net, run.plan.rollout.temperature, self.group)
+        self.scorer = scoring_cell(log_prob_scorer(self.net, run.plan.rollout.temperature, self.group),
+                                   self.net.model, spec.layer_graphs)
 
     def log_probs(self, exp) -> np.ndarray:
         return score_in_shares(self.scorer, exp, self.layout, self.run.exchange, self.spec.micro_batch, self.group)
