@@ -185,7 +185,7 @@ def make_grpo_workdir(d):
 LONGEST_FIRST = ("test_recipes.py",  # first: its 16 GB step then meets the lighter starts of the next two files
                  "test_docs.py", "test_demo.py", "test_parallel.py", "test_reliability.py", "test_tutorial.py",
                  "test_grpo.py", "test_ppo.py", "test_mindspeed_config.py", "test_runs.py",
-                 "test_startup_refusals.py", "test_ppo_loop.py", "test_interrupt.py", "test_launcher.py",
+                 "test_startup_refusals.py", "test_ppo_loop.py", "test_layer_graphs.py", "test_interrupt.py", "test_launcher.py",
                  "test_bench_real_smoke.py", "test_rl_loop.py", "test_models.py", "test_bench_smoke.py",
                  "test_multinode.py", "test_compile_cache.py", "test_api.py", "test_bench_ppo_smoke.py",
                  "test_real_roundtrip.py", "test_sft.py", "test_dpo.py")

@@ -211,9 +211,9 @@ def test_scoring_one_layer_per_graph_gives_the_whole_graphs_outputs(kind, model_
 
 
 def test_ppo_steps_with_layer_graphs_everywhere_match_the_whole_graphs(workdir, tmp_path):
-    """Two PPO steps of two updates each (so the policy's old log-probs and the critic's values are passes of
-    their own), a reference, a critic and a reward model, with layer graphs on all of them and on none: the same
-    rollouts, rewards, critic and actor metrics, and weights."""
+    """A PPO step of two updates (so the policy's old log-probs and the critic's values are passes of their own),
+    with a reference, a critic and a reward model, with layer graphs on all of them and on none: the same rollouts,
+    rewards, critic and actor metrics, and weights."""
     from conftest import as_overrides, assert_same_steps, steps_and_weights, tiny_run_settings
     from mindrl.config import load_train_config
     from mindrl.models.config import load_model_config
@@ -242,7 +242,7 @@ def test_ppo_steps_with_layer_graphs_everywhere_match_the_whole_graphs(workdir, 
         for role in (t.policy.scorer, t.reference.scorer, t.critic.values_cell, t.reward_model.scorer):
             assert (type(role).__name__ == "LayerGraphsScorer") == on
         assert ("scoring one layer per graph" in t.run.plan.roles["reward_model"].text()) == on
-        metrics, weights = steps_and_weights(t)
+        metrics, weights = steps_and_weights(t, steps=1)
         weights.update({n: p.asnumpy().copy() for n, p in t.critic.net.parameters_and_names()})
         out[layers] = metrics, weights
     assert_same_steps(out["true"], out["false"])
