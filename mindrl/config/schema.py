@@ -264,8 +264,8 @@ class RewardModelConfig:
     weight: float = _opt(1.0, help="coefficient of the reward model's score in the sequence score")
     normalize: bool = _opt(False, help="(score - mean) / std with the statistics `mindrl train-rm` stored")
     layer_graphs: bool = _opt(False, help="true: the scoring pass runs one decoder layer per graph call (three "
-                              "small graphs instead of one: a fraction of the compile time; docs/performance.md); "
-                              "one device per model (tensor_model_parallel_size 1)")
+                              "small graphs instead of one: less compile time and memory, for more scoring time; "
+                              "docs/performance.md); one device per model (tensor_model_parallel_size 1)")
 
 
 @dataclass(kw_only=True)

@@ -19,7 +19,9 @@ measures the design. Loss cells that can run this way have ``stem`` and ``tail``
 
 The same key makes the role's forward-only passes (the log-probs of the policy and the reference, the critic's
 values, the reward model's scores) run as three graphs, stem, one layer and tail (:class:`LayerGraphsScorer`):
-each whole-model forward graph took about 4.4 s to compile for SmolLM2-135M, its three parts about 1.8 s.
+each whole-model forward graph took about 4.4 s to compile for SmolLM2-135M, its three parts about 1.8 s, and
+each pass takes about a fifth longer (1.30 s against 1.08 s for 8 responses of 80 tokens; the 30 layer calls cost
+more than the layers inside one graph).
 """
 from __future__ import annotations
 
