@@ -74,27 +74,6 @@ BASE = {"rl_config.train_iters": 2, "rl_config.global_batch_size": 4, "rl_config
         "actor_config.load": os.path.join(ROOT, "examples", "tiny", "policy")}
 
 
-def _config(workdir, run, **over):
-    from conftest import tiny_run_config
-    return tiny_run_config(workdir, run, BASE, over)
-
-
-def test_grpo_steps_with_layer_graphs_match_the_whole_graph(workdir):
-    """Two GRPO steps of two updates each, a KL term in the loss, on the 2-layer example policy: the same rollouts,
-    metrics and weights with and without layer graphs; the plan says which."""
-    from conftest import assert_same_steps, steps_and_weights
-    from mindrl.trainer import RLTrainer
-    out = {}
-    for layers in ("true", "false"):
-        t = RLTrainer(_config(workdir, f"l{layers}", **{"actor_config.layer_graphs": layers}))
-        on = layers == "true"
-        assert ("the update and scoring one layer per graph" in t.run.plan.roles["policy"].text()) == on
-        assert ("scoring one layer per graph" in t.run.plan.roles["reference"].text()) == on
-        assert type(t.policy.updater.accumulate).__name__ == ("LayerGraphsAccumulateGrad" if on else "AccumulateGrad")
-        assert (type(t.reference.scorer).__name__ == "LayerGraphsScorer") == on
-        out[layers] = steps_and_weights(t)
-    assert_same_steps(out["true"], out["false"])
-
 
 @pytest.mark.parametrize("overrides, words", [
     (["actor_config.tensor_model_parallel_size=2"], "actor_config.tensor_model_parallel_size: not with "
@@ -241,7 +220,12 @@ def test_ppo_steps_with_layer_graphs_everywhere_match_the_whole_graphs(workdir, 
         assert not t.critic.values_in_update
         for role in (t.policy.scorer, t.reference.scorer, t.critic.values_cell, t.reward_model.scorer):
             assert (type(role).__name__ == "LayerGraphsScorer") == on
-        assert ("scoring one layer per graph" in t.run.plan.roles["reward_model"].text()) == on
+        assert ("the update and scoring one layer per graph" in t.run.plan.roles["policy"].text()) == on
+        assert ("the update and scoring one layer per graph" in t.run.plan.roles["critic"].text()) == on
+        for role in ("reference", "reward_model"):
+            assert ("scoring one layer per graph" in t.run.plan.roles[role].text()) == on
+        for role in (t.policy, t.critic):
+            assert type(role.updater.accumulate).__name__ == ("LayerGraphsAccumulateGrad" if on else "AccumulateGrad")
         metrics, weights = steps_and_weights(t, steps=1)
         weights.update({n: p.asnumpy().copy() for n, p in t.critic.net.parameters_and_names()})
         out[layers] = metrics, weights
