@@ -94,15 +94,26 @@ class _Stem(nn.Cell):
     def construct(self, *inputs):
         return self.cell.stem(*inputs)
 
+    def context(self, *inputs):
+        """(h, context): the first layer's input and the stem's rotary pairs and mask as one flat tuple of tensors
+        (a graph called with tuples among its inputs ran each call about 3x slower here whenever they were new
+        objects, and every micro-batch's are)."""
+        h, cos, sin, mask = self(*inputs)
+        return h, (cos[0], cos[1], sin[0], sin[1]) + (mask if isinstance(mask, tuple) else (mask,))
 
-def flat_context(cos, sin, mask) -> tuple:
-    """The stem's rotary pairs and mask as one flat tuple of tensors: a graph called with tuples among its inputs
-    ran each call about 3x slower here whenever they were new objects (every micro-batch's are)."""
-    return (cos[0], cos[1], sin[0], sin[1]) + (mask if isinstance(mask, tuple) else (mask,))
+
+def run_layers(forward, layer_weights, h, context, kept=None):
+    """``h`` through every decoder layer, one call of the ``forward`` graph each; ``kept`` (a list) gets each
+    layer's input, which the backward needs."""
+    for weights in layer_weights:
+        if kept is not None:
+            kept.append(h)
+        h = forward(h, *weights, *context)
+    return h
 
 
 class _LayerForward(nn.Cell):
-    """(h, *weights, *context) -> the layer's output: ``count`` weights, then flat_context's tensors."""
+    """(h, *weights, *context) -> the layer's output: ``count`` weights, then _Stem.context's tensors."""
 
     def __init__(self, block, spec, count: int, shared: bool):
         super().__init__(auto_prefix=False)
@@ -215,16 +226,13 @@ class LayerGraphsScorer:
                                      bool(getattr(cell, "group", 0)))  # packed groups: the mask is a pair
 
     def __call__(self, *inputs):
-        h, cos, sin, mask = self.stem(*inputs)
-        context = flat_context(cos, sin, mask)
-        for weights in self.weights.views():
-            h = self.forward(h, *weights, *context)
-        return self.tail(h, *inputs)
+        h, context = self.stem.context(*inputs)
+        return self.tail(run_layers(self.forward, self.weights.views(), h, context), *inputs)
 
     def compile(self, *inputs) -> None:
         """Compile the three graphs for these inputs (the stem runs, the others compile at the shapes it gives)."""
-        h, cos, sin, mask = self.stem(*inputs)
-        self.forward.compile(h, *self.weights.views()[0], *flat_context(cos, sin, mask))
+        h, context = self.stem.context(*inputs)
+        self.forward.compile(h, *self.weights.views()[0], *context)
         self.tail.compile(h, *inputs)
 
 
@@ -271,13 +279,9 @@ class LayerGraphsAccumulateGrad:
         return host_outputs(self._run(micro_batch_inputs(self.inputs, arrays, self.what, denom)))
 
     def _run(self, inputs):
-        h, cos, sin, mask = self.stem(*inputs)
-        context, layer_weights = flat_context(cos, sin, mask), self.weights.views()
-        kept = []
-        for weights in layer_weights:
-            kept.append(h)
-            h = self.forward(h, *weights, *context)
-        outs, dh = self.tail(h, *inputs)
+        h, context = self.stem.context(*inputs)
+        layer_weights, kept = self.weights.views(), []
+        outs, dh = self.tail(run_layers(self.forward, layer_weights, h, context, kept), *inputs)
         for weights, buffers, h in zip(reversed(layer_weights), reversed(self.buffers), reversed(kept)):
             dh, grads = self.backward(h, *weights, *context, dh)
             for buf, g in zip(buffers, grads):
@@ -291,8 +295,8 @@ class LayerGraphsAccumulateGrad:
         and masks only), the others compile at the shapes it gives."""
         arrays = dummy_inputs(self.inputs, rows, sequence, response) if arrays is None else arrays
         inputs = micro_batch_inputs(self.inputs, arrays, "inputs", 1.0)
-        h, cos, sin, mask = self.stem(*inputs)
-        context, weights = flat_context(cos, sin, mask), self.weights.views()[0]
+        h, context = self.stem.context(*inputs)
+        weights = self.weights.views()[0]
         self.forward.compile(h, *weights, *context)
         self.tail.compile(h, *inputs)
         self.backward.compile(h, *weights, *context, h)
