@@ -84,9 +84,10 @@ ROLLOUT_FEATURES = ["generate_config.max_num_seqs=8", "rl_config.partial_rollout
                     "generate_config.stop_token_ids=[" + ",".join(str(t) for t in range(20, 60)) + "]"]
 
 
-@pytest.mark.parametrize("features", [[], ROLLOUT_FEATURES], ids=["plain", "rollout_features"])
-def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path, features):
-    d, tag = grpo_dir, "_features" if features else ""
+def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path):
+    """With the rollout's features on (ROLLOUT_FEATURES). The same layouts without them (every response starting
+    at once) are the PPO test's below and test_grpo_train_tp2_matches_single_process's rollout."""
+    d, tag, features = grpo_dir, "_features", ROLLOUT_FEATURES
     env = dict(os.environ, GLOG_v="3")
     single = subprocess.run([sys.executable, WORKER, "grpo", str(tmp_path / "single.json"), CONFIG]
                             + grpo_overrides(d, "single" + tag) + features, cwd=ROOT, env=env, capture_output=True,
@@ -99,9 +100,8 @@ def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path
     b = json.loads((tmp_path / "par.json").read_text())
     assert a["grpo/score/mean"] == pytest.approx(b["grpo/score/mean"], rel=1e-6)   # identical rollouts
     assert a["actor/pg_loss"] != 0.0
-    if features:
-        assert a["rollout/rounds"] == b["rollout/rounds"] > 1 and a["response_length/mean"] < 6
-        assert a["actor/tis_ratio_mean"] == pytest.approx(b["actor/tis_ratio_mean"], rel=1e-6)
+    assert a["rollout/rounds"] == b["rollout/rounds"] > 1 and a["response_length/mean"] < 6
+    assert a["actor/tis_ratio_mean"] == pytest.approx(b["actor/tis_ratio_mean"], rel=1e-6)
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
         assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
     from mindrl.models.weights import TensorSource
