@@ -763,19 +763,22 @@ def test_kill_9_of_an_msrun_worker_resumes_the_same_trajectory(workdir):
 
 
 # -- memory over a long run ----------------------------------------------------------------------------------------
+SOAK_STEPS, SOAK_EVERY, SOAK_SETTLED = 160, 20, 30  # steps; saves and evaluations every SOAK_EVERY; warm-up
+
+
 @pytest.mark.slow
 def test_resident_memory_stays_flat_over_160_steps(workdir):
     """160 steps with saves, pruning and evaluations (every 20 steps): after the warm-up, resident memory grows by
     less than 24 MiB (a leak of one batch's tensors per step would pass that within a few dozen steps). It was 300
     steps, saving and evaluating every 50, until CI's time ran over its budget."""
-    s = settings(workdir, "soak", **{"rl_config.train_iters": 160, "actor_config.save_interval": 20,
+    s = settings(workdir, "soak", **{"rl_config.train_iters": SOAK_STEPS, "actor_config.save_interval": SOAK_EVERY,
                                      "actor_config.keep_last": 2, "eval.path": str(workdir / "heldout.mindrecord"),
-                                     "eval.interval": 20})
+                                     "eval.interval": SOAK_EVERY})
     res = cli(s, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     rss = {r["step"]: r["memory/rss_gb"] for r in rows(s["logging.log_dir"]) if "memory/rss_gb" in r}
-    assert sorted(rss) == list(range(1, 161))
-    settled = rss[30]
-    growth_mib = (max(rss[k] for k in range(30, 161)) - settled) * 1024
-    print(f"rss at step 30: {settled * 1024:.0f} MiB; largest growth after it: {growth_mib:.1f} MiB")
-    assert growth_mib < 24, {k: round(v * 1024, 1) for k, v in rss.items() if k % 20 == 0}
+    assert sorted(rss) == list(range(1, SOAK_STEPS + 1))
+    settled = rss[SOAK_SETTLED]
+    growth_mib = (max(rss[k] for k in range(SOAK_SETTLED, SOAK_STEPS + 1)) - settled) * 1024
+    print(f"rss at step {SOAK_SETTLED}: {settled * 1024:.0f} MiB; largest growth after it: {growth_mib:.1f} MiB")
+    assert growth_mib < 24, {k: round(v * 1024, 1) for k, v in rss.items() if k % SOAK_EVERY == 0}
