@@ -87,17 +87,9 @@ ROLLOUT_FEATURES = ["generate_config.max_num_seqs=8", "rl_config.partial_rollout
 def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path):
     """With the rollout's features on (ROLLOUT_FEATURES). The same layouts without them (every response starting
     at once) are the PPO test's below and test_grpo_train_tp2_matches_single_process's rollout."""
-    d, tag, features = grpo_dir, "_features", ROLLOUT_FEATURES
-    env = dict(os.environ, GLOG_v="3")
-    single = subprocess.run([sys.executable, WORKER, "grpo", str(tmp_path / "single.json"), CONFIG]
-                            + grpo_overrides(d, "single" + tag) + features, cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert single.returncode == 0, single.stderr[-3000:]
-    msrun([WORKER, "grpo", str(tmp_path / "par.json"), CONFIG] + grpo_overrides(d, "par" + tag) + features
-          + ["generate_config.infer_tensor_parallel_size=2", "actor_config.tensor_model_parallel_size=1"],
-          str(tmp_path / "log"))
-    a = json.loads((tmp_path / "single.json").read_text())
-    b = json.loads((tmp_path / "par.json").read_text())
+    d = grpo_dir
+    a, b = run_both_ways(d, tmp_path, "features", ROLLOUT_FEATURES,
+                         ["generate_config.infer_tensor_parallel_size=2", "actor_config.tensor_model_parallel_size=1"])
     assert a["grpo/score/mean"] == pytest.approx(b["grpo/score/mean"], rel=1e-6)   # identical rollouts
     assert a["actor/pg_loss"] != 0.0
     assert a["rollout/rounds"] == b["rollout/rounds"] > 1 and a["response_length/mean"] < 6
@@ -105,8 +97,8 @@ def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
         assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
     from mindrl.models.weights import TensorSource
-    wa = TensorSource(str(d / ("single" + tag) / "ckpt" / "iter_0000001"))
-    wb = TensorSource(str(d / ("par" + tag) / "ckpt" / "iter_0000001"))
+    wa = TensorSource(str(d / "features_single" / "ckpt" / "iter_0000001"))
+    wb = TensorSource(str(d / "features_par" / "ckpt" / "iter_0000001"))
     init = TensorSource(str(d / "policy"))
     assert sorted(wa.names()) == sorted(wb.names())
     for name in wa.names():
@@ -115,7 +107,7 @@ def test_grpo_step_infer_tp2_train_dp2_matches_single_process(grpo_dir, tmp_path
     assert max(float(np.abs(wa.get(n) - init.get(n)).max()) for n in wa.names()) > 1e-5  # it did update
 
     # the 2-rank checkpoint carries per-rank shards and a strategy file that MindSpore can merge offline
-    par_ck = d / ("par" + tag) / "ckpt" / "iter_0000001" / "policy"
+    par_ck = d / "features_par" / "ckpt" / "iter_0000001" / "policy"
     assert (par_ck / "rank_checkpoints" / "rank_1" / "checkpoint_1.ckpt").exists()
     assert (par_ck / "strategy" / "train_policy_strategy" / "strategy_0.json").exists()
 
