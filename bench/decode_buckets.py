@@ -8,7 +8,7 @@ model with every bucket from --max-batch halved down to 1, compiles each (larges
 times --calls decode calls per bucket (all rows live, at position --position), and prints the median step.
 
     python bench/decode_buckets.py                                         # the tiny policy, 512 rows (~30 s)
-    python bench/decode_buckets.py --model scratch/real/smollm2-hf --max-batch 64   # the real model (~1 min)
+    python bench/decode_buckets.py --model scratch/real/smollm2-hf --max-batch 64   # the real model (~1.5 min)
 
 The real model is bench_real.py's (``bash examples/real/run.sh --prepare``).
 """
