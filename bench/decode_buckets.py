@@ -28,6 +28,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=12, help="timed decode calls per bucket (the first 2 not counted)")
     ap.add_argument("--position", type=int, default=40, help="the cache position every row decodes at")
     args = ap.parse_args(argv)
+    if args.calls < 3:  # the median is of the calls after the first two
+        ap.error(f"--calls {args.calls}: at least 3 (the first 2 calls are not counted)")
     sys.path.insert(0, ROOT)
     import numpy as np
     from mindrl.runtime import setup_context

@@ -423,7 +423,7 @@ def other_policy(ppo_models):
 @pytest.mark.parametrize("reference, direction", [("policy", -1), ("other", +1)])
 def test_adaptive_kl_coefficient_moves_both_ways(workdir, other_policy, reference, direction):
     """Reference = the policy: KL ~ 0, below the target, so beta shrinks. Reference = another model: KL far above
-    the target, so beta grows. Over several steps, and restored exactly on resume."""
+    the target, so beta grows, at each of three steps (tests/test_ppo_loop.py resumes the adapted value)."""
     t = trainer_for(workdir, **{"rl_config.kl_coef": 0.1, "rl_config.use_kl_in_reward": "true",
                                 "rl_config.kl_ctrl_type": "adaptive", "rl_config.kl_target": 0.005,
                                 "rl_config.kl_horizon": 64, "rl_config.kl_penalty": "k3", "rl_config.train_iters": 3,
