@@ -14,8 +14,8 @@ import numpy as np
 
 from mindrl.io import write_text
 
-# Inside functions: tqdm (the progress bar, only on a terminal) and TensorBoard's writer (tensorboardX, 2 s to
-# import), each loaded only when a run asks for it
+# Inside functions: tqdm (the progress bar, only on a terminal) and the TensorBoard writer, each loaded only when a
+# run asks for it
 
 
 class Timers:
